@@ -19,7 +19,7 @@ from ._basic_hooks import (
 )
 from ._cluster import Cluster, LocalCluster
 from ._config import TrainingConfig
-from ._coordinator import Coordinator
+from ._coordinator import Coordinator, LooperThread
 from ._errors import (
     AbortedError,
     DeadlineExceededError,
@@ -108,6 +108,7 @@ __all__ = [
     "LearningRateSchedule",
     "LocalCluster",
     "LoggingTensorHook",
+    "LooperThread",
     "MissingPluginError",
     "MomentumOptimizer",
     "MonitoredError",

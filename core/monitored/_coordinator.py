@@ -15,8 +15,9 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Generator, Iterable
-from typing import Any, Final, final
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from types import TracebackType
+from typing import Any, Final, TypeAlias, final
 
 import anyio
 import anyio.abc
@@ -24,11 +25,13 @@ import anyio.to_thread
 
 from ._errors import OutOfRangeError
 
-__all__ = ["Coordinator"]
+__all__ = ["Coordinator", "LooperThread"]
 
 log = logging.getLogger("monitored")
 
 _POLL_SECS: Final = 0.01
+#: How often a join that waits for a stop request looks whether everything ended.
+_JOIN_POLL_SECS: Final = 0.05
 
 #: Exceptions that mean "the input is exhausted": they stop without being errors.
 END_OF_INPUT: tuple[type[BaseException], ...] = (
@@ -37,15 +40,20 @@ END_OF_INPUT: tuple[type[BaseException], ...] = (
     StopAsyncIteration,
 )
 
+#: What ``request_stop`` accepts: an exception, or ``sys.exc_info()`` as in TF1.
+ExcInfo: TypeAlias = tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
+
 
 @final
 class Coordinator:
     """Coordinates the stop of a training loop, its background tasks and threads."""
 
     __slots__ = (
+        "_clean_stop_exception_types",
         "_closing",
         "_exc",
         "_idle",
+        "_joined",
         "_lock",
         "_running",
         "_scopes",
@@ -54,7 +62,18 @@ class Coordinator:
         "_threads",
     )
 
-    def __init__(self) -> None:
+    def __init__(
+        self, clean_stop_exception_types: Iterable[type[BaseException]] | None = None
+    ) -> None:
+        """``clean_stop_exception_types``: exceptions that stop without being errors
+        (default: the end-of-input ones, ``OutOfRangeError``, ``StopIteration`` and
+        ``StopAsyncIteration``), as TF1's argument of the same name."""
+        self._clean_stop_exception_types: tuple[type[BaseException], ...] = (
+            END_OF_INPUT
+            if clean_stop_exception_types is None
+            else tuple(clean_stop_exception_types)
+        )
+        self._joined = False
         self._lock = threading.Lock()
         self._stopped = False
         self._exc: BaseException | None = None
@@ -66,15 +85,27 @@ class Coordinator:
         self._closing = False
 
     # -- stop requests ----------------------------------------------------------------
-    def request_stop(self, ex: BaseException | None = None) -> None:
+    def request_stop(self, ex: BaseException | ExcInfo | None = None) -> None:
         """Request a stop; ``ex`` (the first one given) is re-raised by the session.
 
-        End-of-input exceptions (``OutOfRangeError``, ``StopIteration``,
-        ``StopAsyncIteration``) stop without being recorded, as in TF1. Safe to
-        call from any thread or task, any number of times.
+        ``ex`` is an exception or ``sys.exc_info()`` (TF1 accepts both). The
+        ``clean_stop_exception_types`` (by default the end-of-input exceptions
+        ``OutOfRangeError``, ``StopIteration``, ``StopAsyncIteration``) stop
+        without being recorded, as in TF1. Once :meth:`join` has run (and until
+        :meth:`clear_stop`), nobody is left to re-raise it, so ``ex`` is raised
+        at once, as TF1's joined coordinator does. Safe to call from any thread
+        or task, any number of times.
         """
+        if isinstance(ex, tuple):
+            ex = ex[1]
         with self._lock:
-            if ex is not None and self._exc is None and not isinstance(ex, END_OF_INPUT):
+            if (
+                ex is not None
+                and self._exc is None
+                and not isinstance(ex, self._clean_stop_exception_types)
+            ):
+                if self._joined:
+                    raise ex
                 self._exc = ex
                 log.error("Coordinator stopped with exception: %r", ex)
             self._stopped = True
@@ -88,6 +119,7 @@ class Coordinator:
         with self._lock:
             self._exc = None
             self._stopped = False
+            self._joined = False
 
     @property
     def exception(self) -> BaseException | None:
@@ -196,7 +228,7 @@ class Coordinator:
         with self._lock:
             pending = list(self._threads)
         pending += [t for t in threads or () if t not in pending]
-        while not await self.wait_for_stop(1.0):
+        while not await self.wait_for_stop(_JOIN_POLL_SECS):
             if not self._running and not any(t.is_alive() for t in pending):
                 break
         deadline = time.monotonic() + stop_grace_period_secs
@@ -208,6 +240,7 @@ class Coordinator:
             await anyio.to_thread.run_sync(thread.join, remaining, abandon_on_cancel=True)
         with self._lock:
             self._threads = [t for t in self._threads if t.is_alive()]
+            self._joined = True
         self.raise_requested_exception()
         alive = [t.name for t in pending if t.is_alive()]
         if alive and not ignore_live_threads:
@@ -215,6 +248,17 @@ class Coordinator:
                 f"Coordinator stopped with threads still running after "
                 f"{stop_grace_period_secs}s: {', '.join(alive)}"
             )
+
+    @property
+    def registered_threads(self) -> tuple[threading.Thread, ...]:
+        """The threads :meth:`join` waits for (registered or started here)."""
+        with self._lock:
+            return tuple(self._threads)
+
+    @property
+    def joined(self) -> bool:
+        """Whether :meth:`join` has run (since the last :meth:`clear_stop`)."""
+        return self._joined
 
     @property
     def running_tasks(self) -> int:
@@ -229,3 +273,85 @@ class Coordinator:
 
     def _attach(self, task_group: anyio.abc.TaskGroup | None) -> None:
         self._task_group = task_group
+
+
+class LooperThread(threading.Thread):
+    """A thread that calls ``target(*args, **kwargs)`` until the coordinator stops.
+
+    TF1's ``tf.train.LooperThread``: with ``timer_interval_secs=None`` the target
+    is called once (it runs its own loop); otherwise every
+    ``timer_interval_secs`` seconds (``0``: back to back) until
+    :meth:`Coordinator.should_stop`. The thread is a daemon registered with the
+    coordinator, so :meth:`Coordinator.join` (and a session's close) waits for it;
+    an exception raised by the target requests a stop carrying it. Subclasses may
+    override :meth:`start_loop`, :meth:`run_loop` and :meth:`stop_loop` instead of
+    passing a target. It is meant for blocking work; async work belongs in
+    :meth:`Coordinator.start_soon`.
+    """
+
+    def __init__(
+        self,
+        coord: Coordinator,
+        timer_interval_secs: float | None,
+        target: Callable[..., Any] | None = None,
+        args: Iterable[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(coord, Coordinator):
+            raise ValueError(f"'coord' argument must be a Coordinator: {coord!r}")
+        if target is None and (args or kwargs):
+            raise ValueError("'args' and 'kwargs' argument require that you also pass 'target'")
+        super().__init__(daemon=True)
+        self._coord = coord
+        self._timer_interval_secs = timer_interval_secs
+        self._target_fn = target
+        self._target_args = tuple(args or ())
+        self._target_kwargs = dict(kwargs or {})
+        coord.register_thread(self)
+
+    @classmethod
+    def loop(
+        cls,
+        coord: Coordinator,
+        timer_interval_secs: float | None,
+        target: Callable[..., Any],
+        args: Iterable[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> LooperThread:
+        """Start a ``LooperThread`` calling ``target`` and return it."""
+        looper = cls(coord, timer_interval_secs, target=target, args=args, kwargs=kwargs)
+        looper.start()
+        return looper
+
+    def run(self) -> None:
+        with self._coord.stop_on_exception():
+            self.start_loop()
+            if self._timer_interval_secs is None:
+                self.run_loop()
+            else:
+                next_time = time.monotonic()
+                while not self._wait_for_stop(next_time - time.monotonic()):
+                    next_time += self._timer_interval_secs
+                    self.run_loop()
+            self.stop_loop()
+
+    def _wait_for_stop(self, timeout: float) -> bool:
+        """Block this thread until a stop is requested, at most ``timeout`` seconds."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        while not self._coord.should_stop():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(_POLL_SECS, remaining))
+        return True
+
+    def start_loop(self) -> None:
+        """Called once when the thread starts."""
+
+    def stop_loop(self) -> None:
+        """Called once when the loop ends."""
+
+    def run_loop(self) -> None:
+        """Called at each interval: calls the target, if one was given."""
+        if self._target_fn is not None:
+            self._target_fn(*self._target_args, **self._target_kwargs)
