@@ -40,7 +40,9 @@ async def test_a_restore_hook_replaces_init(state: TrainState) -> None:
 
 async def test_not_ready_after_init_is_a_clear_error(state: TrainState) -> None:
     scaffold = monitored.Scaffold(ready_fn=lambda s: "entry 'emb' is missing")
-    with pytest.raises(RuntimeError, match="did not make the state ready: entry 'emb' is missing"):
+    with pytest.raises(
+        RuntimeError, match="no init_fn or local_init_fn was given: entry 'emb' is missing"
+    ):
         async with monitored.MonitoredSession(state, scaffold=scaffold):
             pass
 

@@ -300,7 +300,8 @@ class MonitoredSession:
             except RECOVERABLE as exc:
                 if not self._may_recover(exc):
                     raise
-                recreating = True
+                # A retried creation does what the failed one would have done: a
+                # first creation still initializes the state (runs init_fn).
 
     async def _create_session(self, *, recreating: bool) -> None:
         self._busy = True  # hooks run below: `run` from them is refused

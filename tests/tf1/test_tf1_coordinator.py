@@ -18,7 +18,9 @@ import monitored
 from monitored import Coordinator, LooperThread
 
 
-def stop_on_event(coord: Coordinator, wait_for_stop: threading.Event, done: threading.Event) -> None:
+def stop_on_event(
+    coord: Coordinator, wait_for_stop: threading.Event, done: threading.Event
+) -> None:
     wait_for_stop.wait()
     coord.request_stop()
     done.set()
