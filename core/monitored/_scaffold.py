@@ -71,9 +71,8 @@ class Scaffold:
         copy_from_scaffold: Scaffold | None = None,
     ) -> None:
         if copy_from_scaffold is not None and not isinstance(copy_from_scaffold, Scaffold):
-            raise TypeError(
-                f"copy_from_scaffold is not a Scaffold instance: {type(copy_from_scaffold).__name__}"
-            )
+            kind = type(copy_from_scaffold).__name__
+            raise TypeError(f"copy_from_scaffold is not a Scaffold instance: {kind}")
 
         def pick(given: Any, name: str) -> Any:
             if given is not _UNSET:
@@ -126,7 +125,8 @@ class SessionManager:
         checkpoint_filename_with_path: str | os.PathLike[str] | None = None,
     ) -> None:
         self.scaffold = scaffold or Scaffold()
-        if self.scaffold.ready_for_local_init_fn is not None and self.scaffold.local_init_fn is None:
+        scaffold = self.scaffold
+        if scaffold.ready_for_local_init_fn is not None and scaffold.local_init_fn is None:
             raise ValueError(
                 "If you pass a ready_for_local_init_fn you must also pass a local_init_fn"
             )
@@ -169,7 +169,9 @@ class SessionManager:
         state.initialized = True
         message = await self._local_init(state)
         if message is not None:
-            raise RuntimeError(f"Init operations did not make model ready for local_init: {message}")
+            raise RuntimeError(
+                f"Init operations did not make model ready for local_init: {message}"
+            )
         message = await scaffold.not_ready(state)
         if message is not None:
             if restored is None and scaffold.init_fn is None and scaffold.local_init_fn is None:
@@ -304,10 +306,14 @@ def _check_one_checkpoint(checkpoint_dir: object, path: object) -> None:
 
 
 def _latest_checkpoint(saver: Saver, checkpoint_dir: str | os.PathLike[str]) -> str | None:
-    finder = getattr(saver, "latest_checkpoint", None)
+    finder: Callable[[str | os.PathLike[str]], Any] | None = getattr(
+        saver, "latest_checkpoint", None
+    )
     if finder is None:
         try:
-            from monitored_checkpoint import latest_checkpoint as finder  # type: ignore[import-not-found,unused-ignore]
+            import monitored_checkpoint
+
+            finder = monitored_checkpoint.latest_checkpoint
         except ImportError:
             raise TypeError(
                 f"saver {type(saver).__name__} has no latest_checkpoint(checkpoint_dir) and "

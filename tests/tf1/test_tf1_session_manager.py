@@ -235,7 +235,8 @@ async def test_SessionManagerTest_testRecoverSessionWithReadyForLocalInitOp(
     checkpoint_dir = str(tmp_path)
     await _checkpoint_v_equal_1(checkpoint_dir)
     state = TrainState()
-    assert "v" not in state and "w" not in state
+    assert "v" not in state
+    assert "w" not in state
     sm2 = SessionManager(
         Scaffold(
             ready_fn=uninitialized(["v", "w"]),
@@ -247,7 +248,8 @@ async def test_SessionManagerTest_testRecoverSessionWithReadyForLocalInitOp(
         state, saver=NpzSaver(), checkpoint_dir=checkpoint_dir
     )
     assert initialized
-    assert "v" in state and "w" in state
+    assert "v" in state
+    assert "w" in state
     assert state["v"] == 1
     assert state["w"] == 1
 
@@ -331,7 +333,8 @@ async def test_SessionManagerTest_testWaitForSessionLocalInit() -> None:
         recovery_wait_secs=0.01,
     )
     await sm.wait_for_session(state, max_wait_secs=0.05)
-    assert "v" in state and "w" in state
+    assert "v" in state
+    assert "w" in state
     assert state["v"] == 1
     assert state["w"] == 1
 
@@ -390,7 +393,8 @@ async def test_SessionManagerTest_testPrepareSessionWithPartialInitOp() -> None:
     state = TrainState()
     sm2 = SessionManager(Scaffold(local_init_fn=setter(w=1, x=3, w_res=1, x_res=3)))
     await sm2.prepare_session(state)
-    assert "v" not in state and "v_res" not in state
+    assert "v" not in state
+    assert "v_res" not in state
     assert (state["w"], state["x"]) == (1, 3)
     assert (state["w_res"], state["x_res"]) == (1, 3)
 
