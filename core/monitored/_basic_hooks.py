@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, final
 import anyio
 import numpy as np
 
+from ._errors import OutOfRangeError
 from ._run import SessionRunArgs
 from ._session_run_hook import SessionRunHook
 from ._timer import SecondOrStepTimer
@@ -261,11 +262,20 @@ class FinalOpsHook(SessionRunHook):
         return self._values
 
     async def end(self, session: MonitoredSession) -> None:
-        if callable(self._final_ops):
-            result = self._final_ops(session.state, **self._feeds)
-            self._values = await result if hasattr(result, "__await__") else result
-        else:
-            self._values = session.fetch(self._final_ops)
+        try:
+            if callable(self._final_ops):
+                result = self._final_ops(session.state, **self._feeds)
+                self._values = await result if hasattr(result, "__await__") else result
+            else:
+                self._values = session.fetch(self._final_ops)
+        except (OutOfRangeError, StopIteration):
+            log.warning(
+                "An OutOfRangeError or StopIteration was raised by the final ops of "
+                "FinalOpsHook. This typically means that the final ops have a dependency "
+                "back to some input source, which should be avoided: they run once the "
+                "input is exhausted."
+            )
+            raise
 
 
 @final
