@@ -10,9 +10,11 @@ closed. ``AbortedError`` and ``UnavailableError`` re-create the session and retr
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Final, final
@@ -136,6 +138,8 @@ class MonitoredSession:
         self._recoveries = 0
         self._next_yield = 0.0
         self._outputs: Mapping[str, Any] = {}
+        #: Whether this session finalized the state (and so un-finalizes it on exit).
+        self._finalizes_state = False
         self.restored_from: Any = None
 
     # -- properties -----------------------------------------------------------------------
@@ -174,6 +178,7 @@ class MonitoredSession:
         if self._entered:
             raise RuntimeError("a MonitoredSession can be entered only once")
         self._entered = True
+        self._finalizes_state = not self._state.finalized
         await self._register_plugins()
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
@@ -194,6 +199,12 @@ class MonitoredSession:
         tb: TracebackType | None,
     ) -> bool:
         end_of_input = isinstance(exc, END_OF_INPUT)
+        if not self._open and exc is None:
+            # As TF1: close() was called inside the block, which then left normally.
+            raise RuntimeError(
+                "Session is already closed: close() was called inside `async with`, "
+                "which closes the session itself"
+            )
         failure = exc if exc is not None and not end_of_input else self._coord.exception
         await self._close(failure=failure)
         if failure is not None and failure is not exc:
@@ -228,6 +239,10 @@ class MonitoredSession:
             finally:
                 self._coord._attach(None)
                 self._outputs = {}
+                if self._finalizes_state:
+                    # As TF1 un-finalizes its graph: a later session on the same
+                    # state (evaluation after training) may add entries in begin.
+                    self._state.unfinalize()
                 with anyio.CancelScope(shield=True):
                     await self._join(failure)
 
@@ -339,14 +354,55 @@ class MonitoredSession:
             return False
         # As TF1 gives each incarnation a new coordinator: the tasks hooks started
         # for the old one stop, and after_create_session starts them afresh.
-        self._coord._cancel_tasks()
+        coord = self._coord
+        coord._cancel_tasks()
+        if coord._stopped:
+            # A recoverable error reported to the coordinator (a lost peer, an input
+            # service gone): the old incarnation's threads are stopped and joined,
+            # and the coordinator starts clean.
+            with contextlib.suppress(Exception):
+                await coord.join(
+                    stop_grace_period_secs=self._stop_grace_period_secs,
+                    ignore_live_threads=True,
+                )
+            coord.clear_stop()
         await self._create_with_recovery(recreating=True)
         return True
 
+    def _recovery_pending(self) -> bool:
+        """Whether the coordinator holds a recoverable error this session will recover from."""
+        return (
+            self._recoverable
+            and isinstance(self._coord._exc, RECOVERABLE)
+            and (self._max_recoveries is None or self._recoveries < self._max_recoveries)
+        )
+
+    def _cause(self, exc: BaseException) -> BaseException | None:
+        """The recoverable error behind ``exc``: itself, or the one the coordinator holds.
+
+        A step that fails because the coordinator stopped (a cancelled wait, a closed
+        queue) hides the root cause; as TF1, the coordinator's recoverable error is
+        what counts.
+        """
+        if isinstance(exc, RECOVERABLE):
+            return exc
+        held = self._coord._exc
+        return held if isinstance(held, RECOVERABLE) else None
+
+    async def _recover_if_pending(self) -> None:
+        if self._coord._stopped and self._recovery_pending():
+            held = self._coord._exc
+            assert held is not None
+            await self._recover(held)
+
     # -- running steps ----------------------------------------------------------------------
     def should_stop(self) -> bool:
-        """Whether the loop should end: a hook, the step or a background task asked."""
-        return self._should_stop or self._coord._stopped
+        """Whether the loop should end: a hook, the step or a background task asked.
+
+        A recoverable error reported to the coordinator (``AbortedError``,
+        ``UnavailableError``) is not a stop: the next ``run`` re-creates the session.
+        """
+        return self._should_stop or (self._coord._stopped and not self._recovery_pending())
 
     def _check_can_run(self) -> None:
         if not self._open:
@@ -358,7 +414,7 @@ class MonitoredSession:
                 "SessionRunArgs fetches or session.fetch(...), and run_step_fn's "
                 "step_context.session runs steps without hooks"
             )
-        if self._should_stop or self._coord.should_stop():
+        if self._should_stop or (self._coord.should_stop() and not self._recovery_pending()):
             self._coord.raise_requested_exception()
             raise RuntimeError("Run called even after should_stop requested.")
 
@@ -374,12 +430,18 @@ class MonitoredSession:
         """
         if not self._open or self._busy or self._should_stop or self._coord._stopped:
             self._check_can_run()
+            await self._recover_if_pending()
         while True:
             try:
-                return await self._run_hooked(step_fn, args, kwargs)
-            except RECOVERABLE as exc:
-                if not await self._recover(exc):
+                outputs = await self._run_hooked(step_fn, args, kwargs)
+            except Exception as exc:
+                cause = self._cause(exc)
+                if cause is None or not await self._recover(cause):
                     raise
+                continue
+            if self._coord._stopped:
+                await self._recover_if_pending()
+            return outputs
 
     async def run_step_fn(self, step_fn: Callable[[StepContext], Any]) -> Any:
         """Run ``step_fn(step_context)``, which decides how the step runs.
@@ -390,6 +452,8 @@ class MonitoredSession:
         ``step_fn`` returns (``None`` when it requested a stop).
         """
         self._check_can_run()
+        _check_step_fn(step_fn)
+        await self._recover_if_pending()
         while True:
             context = StepContext(self)
             try:
@@ -399,14 +463,17 @@ class MonitoredSession:
                     raise _end_of_input(f"step function {_name_of(step_fn)}") from exc
                 if inspect.isawaitable(result):
                     result = await result
-                return result
             except _StopRequested:
                 if self._cluster.agree_to_stop(True):
                     self._should_stop = True
                 return None
-            except RECOVERABLE as exc:
-                if not await self._recover(exc):
+            except Exception as exc:
+                cause = self._cause(exc)
+                if cause is None or not await self._recover(cause):
                     raise
+                continue
+            await self._recover_if_pending()
+            return result
 
     async def _run_hooked(
         self, step_fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -490,7 +557,9 @@ class MonitoredSession:
                 except Exception as exc:
                     annotate(exc, call, state.global_step)
                     raise
-            if self._cluster.agree_to_stop(context._stop_requested or self._coord._stopped):
+            if self._cluster.agree_to_stop(
+                context._stop_requested or (self._coord._stopped and not self._recovery_pending())
+            ):
                 self._should_stop = True
             return outputs
         finally:
@@ -591,9 +660,9 @@ class SingularMonitoredSession(MonitoredSession):
 
     _recoverable = False
 
-    def raw_session(self) -> RawSession:
-        """The session without hooks."""
-        return RawSession(self)
+    def raw_session(self) -> RawSession | None:
+        """The session without hooks; ``None`` once the session is closed (as TF1)."""
+        return RawSession(self) if self._open else None
 
 
 @final
@@ -611,6 +680,11 @@ class RawSession:
 
     async def run(self, step_fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """``step_fn(state, *args, **kwargs)``, awaited if async; no hooks are called."""
+        if not self._session._open:
+            raise RuntimeError(
+                f"RawSession.run({_name_of(step_fn)}): the session is closed; a raw "
+                "session runs steps only while its MonitoredSession is open"
+            )
         result = step_fn(self._session.state, *args, **kwargs)
         return await result if inspect.isawaitable(result) else result
 
@@ -650,6 +724,41 @@ class StepContext:
     def request_stop(self) -> None:
         """End the loop after this step; leaves the step function at once."""
         raise _StopRequested("step_fn has requested the iterations to stop.")
+
+
+#: Step functions whose signature ``run_step_fn`` has checked (no check per step).
+_CHECKED_STEP_FNS: weakref.WeakKeyDictionary[Any, None] = weakref.WeakKeyDictionary()
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def _check_step_fn(step_fn: Callable[..., Any]) -> None:
+    """Refuse, up front, a ``run_step_fn`` function that cannot take one ``step_context``."""
+    key = getattr(step_fn, "__func__", step_fn)
+    try:
+        if key in _CHECKED_STEP_FNS:
+            return
+    except TypeError:  # not weak-referenceable: checked every time
+        key = None
+    try:
+        signature = inspect.signature(step_fn)
+    except (TypeError, ValueError):  # a builtin or C callable: let the call tell
+        return
+    params = list(signature.parameters.values())
+    required = [
+        p
+        for p in params
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    takes_one = any(p.kind in _POSITIONAL or p.kind is p.VAR_POSITIONAL for p in params)
+    if len(required) > 1 or not takes_one or any(p.kind is p.KEYWORD_ONLY for p in required):
+        raise ValueError(
+            "`step_fn` may either have one `step_context` argument, or `self` and "
+            f"`step_context` arguments if it's an instance method; {_name_of(step_fn)}"
+            f"{signature} does not fit run_step_fn"
+        )
+    if key is not None:
+        _CHECKED_STEP_FNS[key] = None
 
 
 def _end_of_input(who: str) -> OutOfRangeError:

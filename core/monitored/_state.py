@@ -110,6 +110,15 @@ class TrainState(MutableMapping[str, Any]):
         """Fix the set of entries and their shapes, dtypes and array modules."""
         self._finalized = True
 
+    def unfinalize(self) -> None:
+        """Allow adding and removing entries again.
+
+        The session calls it on exit when it finalized the state itself, as TF1
+        un-finalizes its graph: a later session on the same state (evaluation
+        after training, a re-run in a notebook) may add entries in ``begin``.
+        """
+        self._finalized = False
+
     # -- RNG ------------------------------------------------------------------------
     @property
     def rng_state(self) -> dict[str, Any]:

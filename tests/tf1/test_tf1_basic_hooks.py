@@ -257,7 +257,7 @@ async def test_LoggingTensorHookTest_test_print_every_n_secs_and_end(
 
 async def test_LoggingTensorHookTest_test_print_formatter(logged: LogCatcher) -> None:
     hook = LoggingTensorHook(
-        tensors=["foo"], every_n_iter=10, formatter=lambda items: "qqq=%s" % items["foo"]
+        tensors=["foo"], every_n_iter=10, formatter=lambda items: f"qqq={items['foo']}"
     )
     async with monitored.MonitoredSession(TrainState(), hooks=[hook]) as sess:
         await sess.run(TRAIN_OP)
@@ -419,9 +419,11 @@ async def test_FinalOpsHookTest_test_final_ops_triggers_out_of_range_error(
 
     hook = FinalOpsHook(read_ops)
     async with monitored.MonitoredSession(TrainState()) as sess:
-        with caplog.at_level(logging.WARNING, logger="monitored"):
-            with pytest.raises(monitored.OutOfRangeError, match="End of sequence"):
-                await hook.end(sess)
+        with (
+            caplog.at_level(logging.WARNING, logger="monitored"),
+            pytest.raises(monitored.OutOfRangeError, match="End of sequence"),
+        ):
+            await hook.end(sess)
         assert "dependency back to some input source" in caplog.text
 
 
@@ -451,8 +453,12 @@ async def test_FeedFnHookTest_test_feeding_placeholder() -> None:
 PROFILER = pytest.mark.xfail(strict=True, reason="issue 15 §3: ProfilerHook not built yet")
 
 
+def _timeline_files(output_dir: Path) -> list[str]:
+    return sorted(p.name for p in output_dir.glob("timeline-*.json"))
+
+
 def _count_timeline_files(output_dir: Path) -> int:
-    return len(list(output_dir.glob("timeline-*.json")))
+    return len(_timeline_files(output_dir))
 
 
 @PROFILER
@@ -524,5 +530,5 @@ async def test_ProfilerHookTest_test_run_metadata_saves(tmp_path: Path) -> None:
     async with monitored.SingularMonitoredSession(TrainState(), hooks=[hook]) as sess:
         await sess.run(do_step)  # not saved
         await sess.run(do_step)  # saved
-        assert sorted(p.name for p in tmp_path.glob("timeline-*.json")) == ["timeline-2.json"]
+        assert _timeline_files(tmp_path) == ["timeline-2.json"]
         assert list(hook.run_metadata) == ["step_2"]

@@ -562,7 +562,6 @@ async def _run(session: MonitoredSession, runner: str, value: int, hook: Any) ->
     return await session.run_step_fn(step_fn)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 §2.1")
 async def test_RecoverableSessionTest_test_recovery_from_coordinator_exception() -> None:
     await _recovers_from(StopCoordinatorWithException(calls_before_stopping=2), "run")
 
@@ -571,25 +570,22 @@ async def test_RecoverableSessionTest_test_recovery_from_non_preemption_in_coord
     await _does_not_recover_from_unknown_error("run")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 §2.1")
 async def test_RecoverableSessionTest_test_recovery_from_session_getting_stuck() -> None:
     await _recovers_from(FailTrainingAfterCoordinatorStopped(calls_before_stopping=2), "run")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 §2.1")
-async def test_RecoverableSessionTest_test_step_fn_recovery_from_coordinator_exception_when_run_hooks() -> (  # noqa: E501
+async def test_RecoverableSessionTest_test_step_fn_recovery_from_coordinator_exception_when_run_hooks() -> (
     None
 ):
     await _recovers_from(StopCoordinatorWithException(calls_before_stopping=2), "run_with_hooks")
 
 
-async def test_RecoverableSessionTest_test_recovery_from_non_preemption_in_coordinator_when_run_hooks() -> (  # noqa: E501
+async def test_RecoverableSessionTest_test_recovery_from_non_preemption_in_coordinator_when_run_hooks() -> (
     None
 ):
     await _does_not_recover_from_unknown_error("run_with_hooks")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 §2.1")
 async def test_RecoverableSessionTest_test_recovery_from_session_getting_stuck_when_run_hooks() -> (
     None
 ):
@@ -598,21 +594,19 @@ async def test_RecoverableSessionTest_test_recovery_from_session_getting_stuck_w
     )
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 §2.1")
-async def test_RecoverableSessionTest_test_step_fn_recovery_from_coordinator_exception_with_raw_session() -> (  # noqa: E501
+async def test_RecoverableSessionTest_test_step_fn_recovery_from_coordinator_exception_with_raw_session() -> (
     None
 ):
     await _recovers_from(StopCoordinatorWithException(calls_before_stopping=2), "raw")
 
 
-async def test_RecoverableSessionTest_test_recovery_from_non_preemption_in_coordinator_with_raw_session() -> (  # noqa: E501
+async def test_RecoverableSessionTest_test_recovery_from_non_preemption_in_coordinator_with_raw_session() -> (
     None
 ):
     # TF's test runs the hooks here too (run_with_hooks under a patched raw session).
     await _does_not_recover_from_unknown_error("run_with_hooks")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 §2.1")
 async def test_RecoverableSessionTest_test_recovery_from_session_getting_stuck_with_raw_session() -> (
     None
 ):
@@ -949,7 +943,7 @@ async def test_MonitoredSessionTest_test_regular_exception_reported_to_coord_pas
     await _regular_exception_reported_to_coord_pass_through_run(MonitoredSession)
 
 
-async def test_MonitoredSessionTest_test_regular_exception_reported_to_coord_pass_through_return() -> (  # noqa: E501
+async def test_MonitoredSessionTest_test_regular_exception_reported_to_coord_pass_through_return() -> (
     None
 ):
     session = MonitoredSession(TrainState())
@@ -991,7 +985,6 @@ async def test_MonitoredSessionTest_test_raises_regular_exceptions_in_with_body(
         await session.run(do_step)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 §2.3")
 async def test_MonitoredSessionTest_test_graph_finalized_during_run_unfinalized_after_exit() -> (
     None
 ):
@@ -1011,7 +1004,6 @@ async def test_MonitoredSessionTest_test_keep_finalized_graph_as_finalized() -> 
     assert state.finalized
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 §2.5")
 async def test_MonitoredSessionTest_test_with_statement_and_close() -> None:
     # close() inside the with block: the exit says so.
     with pytest.raises(RuntimeError, match="Session is already closed"):
@@ -1076,7 +1068,6 @@ async def test_MonitoredSessionTest_test_step_request_stop_with_returning_a_type
         assert await session.run_step_fn(step_fn) == "a type"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 §2.6")
 async def test_MonitoredSessionTest_test_step_with_extra_arguments() -> None:
     def step_fn(step_context: monitored.StepContext, extra_foo: Any) -> None:
         pass
@@ -1098,7 +1089,6 @@ async def test_MonitoredSessionTest_test_step_fn_belongs_to_a_class() -> None:
         assert await session.run_step_fn(model.step_fn) == pytest.approx(3.2, abs=0.1)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 §2.6")
 async def test_MonitoredSessionTest_test_step_fn_belongs_to_a_class_and_has_extra_methods() -> None:
     class Model:
         def step_fn(self, step_context: monitored.StepContext, extra_foo: Any) -> None:
@@ -1295,13 +1285,12 @@ async def test_SingularMonitoredSessionTest_test_exit_cleanly_on_out_of_range_ex
     await _exit_cleanly(SingularMonitoredSession, monitored.OutOfRangeError("EOI"))
 
 
-async def test_SingularMonitoredSessionTest_test_regular_exception_reported_to_coord_pass_through_run() -> (  # noqa: E501
+async def test_SingularMonitoredSessionTest_test_regular_exception_reported_to_coord_pass_through_run() -> (
     None
 ):
     await _regular_exception_reported_to_coord_pass_through_run(SingularMonitoredSession)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 §2.4")
 async def test_SingularMonitoredSessionTest_test_stop_cleanly_when_no_exception_in_with_body() -> (
     None
 ):
