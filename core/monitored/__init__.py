@@ -35,7 +35,8 @@ from ._errors import (
 )
 from ._markers import hookimpl, hookspec
 from ._plugins import PluginInfo, installed_plugins
-from ._run import SessionRunArgs, SessionRunContext, SessionRunValues
+from ._profiler import ProfilerHook, StepTrace
+from ._run import RunOptions, SessionRunArgs, SessionRunContext, SessionRunValues
 from ._scaffold import Scaffold, SessionManager
 from ._session import MonitoredSession, RawSession, SingularMonitoredSession, StepContext
 from ._session_run_hook import SessionRunHook
@@ -121,10 +122,12 @@ __all__ = [
     "PluginInfo",
     "PluginLoadError",
     "PluginValidationError",
+    "ProfilerHook",
     "ProximalAdagradOptimizer",
     "ProximalGradientDescentOptimizer",
     "RMSPropOptimizer",
     "RawSession",
+    "RunOptions",
     "Scaffold",
     "SecondOrStepTimer",
     "SessionManager",
@@ -135,6 +138,7 @@ __all__ = [
     "SingularMonitoredSession",
     "StepContext",
     "StepCounterHook",
+    "StepTrace",
     "StopAtStepHook",
     "TrainState",
     "TrainingConfig",

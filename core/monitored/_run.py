@@ -13,11 +13,38 @@ from typing import TYPE_CHECKING, Any, NamedTuple, final
 if TYPE_CHECKING:
     from ._session import MonitoredSession
 
-__all__ = ["Fetches", "SessionRunArgs", "SessionRunContext", "SessionRunValues"]
+__all__ = ["Fetches", "RunOptions", "SessionRunArgs", "SessionRunContext", "SessionRunValues"]
 
 #: A fetch structure: a name (a step output or a state entry, or ``"global_step"``),
 #: or a list, tuple or dict nesting names. Each hook gets its own structure back.
 Fetches = str | list[Any] | tuple[Any, ...] | Mapping[str, Any] | None
+
+
+@final
+class RunOptions:
+    """How a hook asks the coming step to run: TF1's ``RunOptions``, for ``monitored``.
+
+    ``trace=True`` records the step as the session sees it (each hook call, the step
+    function, the batched fetch) and hands the :class:`~monitored.StepTrace` to the
+    asking hook as ``run_values.run_metadata``; ``show_memory=True`` adds the state's
+    memory before and after the step. ``ProfilerHook`` asks for it every N steps.
+    """
+
+    __slots__ = ("show_memory", "trace")
+
+    def __init__(self, trace: bool = False, show_memory: bool = False) -> None:
+        self.trace = trace
+        self.show_memory = show_memory
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RunOptions):
+            return NotImplemented
+        return (self.trace, self.show_memory) == (other.trace, other.show_memory)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RunOptions(trace={self.trace!r}, show_memory={self.show_memory!r})"
 
 
 @final
@@ -27,6 +54,8 @@ class SessionRunArgs:
     ``fetches`` name the values the hook wants in ``after_run`` (step outputs or
     state entries, any nesting); ``feeds`` are extra keyword arguments for the
     step function. ``feed_dict`` is accepted as TF1's name for ``feeds``.
+    ``options`` is a :class:`RunOptions` (a request to trace the step); anything
+    else, TF1's ``RunOptions`` protos included, is refused rather than ignored.
     """
 
     __slots__ = ("feeds", "fetches", "options")
@@ -35,7 +64,7 @@ class SessionRunArgs:
         self,
         fetches: Fetches = None,
         feeds: Mapping[str, Any] | None = None,
-        options: Any = None,
+        options: RunOptions | None = None,
         *,
         feed_dict: Mapping[str, Any] | None = None,
     ) -> None:
@@ -47,9 +76,15 @@ class SessionRunArgs:
                 f"SessionRunArgs feeds must be a mapping of names to values, got "
                 f"{type(feeds).__name__}"
             )
+        if options is not None and not isinstance(options, RunOptions):
+            raise TypeError(
+                f"SessionRunArgs options must be a monitored.RunOptions (such as "
+                f"RunOptions(trace=True)) or None, got {type(options).__name__}: TF1's "
+                "RunOptions protos have no meaning here"
+            )
         self.fetches: Fetches = fetches
         self.feeds: Mapping[str, Any] | None = feeds
-        self.options: Any = options
+        self.options: RunOptions | None = options
 
     @property
     def feed_dict(self) -> Mapping[str, Any] | None:
@@ -78,7 +113,9 @@ class SessionRunValues(NamedTuple):
     """The answer to one hook's :class:`SessionRunArgs`, passed to ``after_run``.
 
     ``results`` has the structure of the hook's fetches with host (NumPy) values,
-    or is ``None`` when the hook asked for nothing.
+    or is ``None`` when the hook asked for nothing. ``options`` and
+    ``run_metadata`` are the hook's :class:`RunOptions` and the step's
+    :class:`~monitored.StepTrace` when it asked for a trace, else ``None``.
     """
 
     results: Any

@@ -43,7 +43,8 @@ from ._plugins import (
     disabled_from_env,
     installed_plugins,
 )
-from ._run import SessionRunArgs, SessionRunContext, SessionRunValues
+from ._profiler import StepTrace
+from ._run import RunOptions, SessionRunArgs, SessionRunContext, SessionRunValues
 from ._scaffold import Scaffold, SessionManager
 from ._state import TrainState, check_global_step
 
@@ -138,6 +139,7 @@ class MonitoredSession:
         self._recoveries = 0
         self._next_yield = 0.0
         self._outputs: Mapping[str, Any] = {}
+        self._trace: StepTrace | None = None
         #: Whether this session finalized the state (and so un-finalizes it on exit).
         self._finalizes_state = False
         self.restored_from: Any = None
@@ -490,18 +492,22 @@ class MonitoredSession:
             context = SessionRunContext(None, self, kwargs)
             requests: list[tuple[HookCall, Any]] = []
             feeds: dict[str, Any] | None = None
+            #: Set once a hook asks for a trace (RunOptions(trace=True)): the rest of
+            #: the step is recorded. Steps nobody traces pay two `is None` tests.
+            trace: StepTrace | None = None
             for call in self._before_run:
+                started = time.perf_counter() if trace is not None else 0.0
                 try:
                     asked = call.call(context)
-                    if asked is None:
-                        continue
-                    if call.is_async or inspect.isawaitable(asked):
+                    if asked is not None and (call.is_async or inspect.isawaitable(asked)):
                         asked = await asked
                 except StopIteration as exc:
                     raise _end_of_input(f"hook 'before_run' of {call.info.describe()}") from exc
                 except Exception as exc:
                     annotate(exc, call, state.global_step)
                     raise
+                if trace is not None:
+                    trace.add(call.info.name, "before_run", started)
                 if asked is None:
                     continue
                 if not isinstance(asked, SessionRunArgs):
@@ -513,9 +519,13 @@ class MonitoredSession:
                     requests.append((call, asked.fetches))
                 if asked.feeds:
                     feeds = self._merge_feeds(feeds, asked.feeds, kwargs, call)
+                if asked.options is not None:
+                    trace = self._start_trace(trace, asked.options, call)
 
             if feeds:
                 kwargs = {**kwargs, **feeds}
+            if trace is not None:
+                return await self._finish_traced(step_fn, args, kwargs, context, requests, trace)
             try:
                 returned = step_fn(state, *args, **kwargs) if args or kwargs else step_fn(state)
             except StopIteration as exc:
@@ -564,6 +574,102 @@ class MonitoredSession:
             return outputs
         finally:
             self._busy = False
+
+    # -- traced steps ---------------------------------------------------------------------------
+    def _start_trace(
+        self, trace: StepTrace | None, options: RunOptions, call: HookCall
+    ) -> StepTrace | None:
+        """Begin recording this step when ``call``'s hook asked for a trace."""
+        if trace is None and options.trace:
+            trace = StepTrace(self._state.global_step + 1, show_memory=options.show_memory)
+            self._trace = trace
+        if trace is not None:
+            trace.requested_by[call.plugin_index] = options
+            if options.show_memory:
+                trace.show_memory = True
+        return trace
+
+    async def _finish_traced(
+        self,
+        step_fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        context: SessionRunContext,
+        requests: list[tuple[HookCall, Any]],
+        trace: StepTrace,
+    ) -> Mapping[str, Any]:
+        """The rest of a step a hook asked to trace: step, fetch and ``after_run``, timed.
+
+        Kept apart from ``_run_hooked`` so that steps nobody traces pay nothing.
+        """
+        state = self._state
+        try:
+            trace.memory(state)
+            started = time.perf_counter()
+            try:
+                returned = step_fn(state, *args, **kwargs) if args or kwargs else step_fn(state)
+                if inspect.isawaitable(returned):
+                    returned = await returned
+            except StopIteration as exc:
+                raise _end_of_input(f"step function {_name_of(step_fn)}") from exc
+            trace.add("step", _name_of(step_fn), started)
+            if returned is None:
+                returned = {}
+            elif not isinstance(returned, Mapping):
+                raise TypeError(
+                    f"step function {_name_of(step_fn)} returned {type(returned).__name__}; it "
+                    "must return a mapping of output names to arrays, or None"
+                )
+            outputs: Mapping[str, Any] = returned
+            self._outputs = outputs
+            if type(state.global_step) is not int:
+                state.global_step = check_global_step(state.global_step, step_fn)
+            trace.memory(state)
+
+            results: dict[int, Any] = {}
+            if requests:
+                started = time.perf_counter()
+                answers = fetch_many(
+                    [(fetches, _describer(call)) for call, fetches in requests], outputs, state
+                )
+                trace.add("session", "fetch", started, names=len(requests))
+                for (call, _), answer in zip(requests, answers, strict=True):
+                    results[call.plugin_index] = answer
+            for call in self._after_run:
+                asked = trace.requested_by.get(call.plugin_index)
+                values = SessionRunValues(
+                    results.get(call.plugin_index), asked, trace if asked is not None else None
+                )
+                started = time.perf_counter()
+                try:
+                    done = call.call(context, values)
+                    if done is not None and (call.is_async or inspect.isawaitable(done)):
+                        await done
+                except StopIteration as exc:
+                    raise _end_of_input(f"hook 'after_run' of {call.info.describe()}") from exc
+                except Exception as exc:
+                    annotate(exc, call, state.global_step)
+                    raise
+                trace.add(
+                    call.info.name, "after_run", started, fetched=call.plugin_index in results
+                )
+            if self._cluster.agree_to_stop(
+                context._stop_requested or (self._coord._stopped and not self._recovery_pending())
+            ):
+                self._should_stop = True
+            return outputs
+        finally:
+            self._trace = None
+            trace.close()
+
+    @property
+    def current_trace(self) -> StepTrace | None:
+        """The trace of the step being run, when a hook asked for one (else ``None``).
+
+        Plugins add their own spans to it (a background write, a wait) with
+        :meth:`StepTrace.add`; ``ProfilerHook`` writes it out.
+        """
+        return self._trace
 
     @staticmethod
     def _merge_feeds(
