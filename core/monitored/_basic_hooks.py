@@ -179,7 +179,12 @@ class LoggingTensorHook(SessionRunHook):
         self._iter += 1
 
     def end(self, session: MonitoredSession) -> None:
-        if self._at_end and session.last_outputs:  # nothing to log if no step ran
+        # The requested values are logged even when steps return no outputs (state
+        # entries); before any step, only if every name is a state entry.
+        if self._at_end and (
+            self._iter > 0
+            or all(name in session.state or name == "global_step" for name in self._tags.values())
+        ):
             self._log(session.fetch(self._tags))
 
     def _log(self, values: dict[str, Any]) -> None:
