@@ -37,8 +37,7 @@ async def test_an_unavailable_error_from_a_background_task_recreates_the_session
         await sess.run(do_step)
         fail_now.set()
         with anyio.fail_after(5):
-            while not sess.coord.should_stop():  # the task fails in the background
-                await anyio.sleep(0.001)
+            await sess.coord.wait_for_stop()  # the task fails in the background
         assert not sess.should_stop()  # a recoverable error is not a stop
         await sess.run(do_step)  # re-creates the session first, then runs
         assert created == [0, 1]
