@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import time
 from typing import Any
 
@@ -863,3 +864,160 @@ async def test_implements_tells_which_hooks_are_present(state: TrainState) -> No
         assert sess.implements("after_save")
         assert not sess.implements("write_summaries")
         assert not sess.has_summary_sinks
+
+
+# -- work deferred until every hook has run -------------------------------------------------
+async def test_call_after_hooks_runs_after_every_after_run_in_order(state: TrainState) -> None:
+    seen: list[str] = []
+
+    class Early:
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            seen.append("early.after_run")
+
+            async def later() -> None:
+                seen.append("deferred 1")
+
+            run_context.session.call_after_hooks(later)
+            run_context.session.call_after_hooks(lambda: seen.append("deferred 2"))
+
+    class Late:
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            seen.append("late.after_run")
+
+    async with monitored.MonitoredSession(state, hooks=[Early(), Late()]) as sess:
+        await sess.run(counting_step)
+        assert seen == ["early.after_run", "late.after_run", "deferred 1", "deferred 2"]
+        seen.clear()
+        await sess.run(counting_step)
+        assert seen == ["early.after_run", "late.after_run", "deferred 1", "deferred 2"]
+
+
+async def test_call_after_hooks_in_after_create_session_runs_after_every_hook(
+    state: TrainState,
+) -> None:
+    seen: list[str] = []
+
+    class First:
+        def after_create_session(self, session: Any, coord: Any) -> None:
+            session.call_after_hooks(lambda: seen.append("deferred"))
+
+    class Second:
+        def after_create_session(self, session: Any, coord: Any) -> None:
+            seen.append("second")
+
+    async with monitored.MonitoredSession(state, hooks=[First(), Second()]):
+        assert seen == ["second", "deferred"]
+
+
+async def test_a_deferred_stop_request_stops_after_this_step(state: TrainState) -> None:
+    class Hook:
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            run_context.session.call_after_hooks(run_context.request_stop)
+
+    async with monitored.MonitoredSession(state, hooks=[Hook()]) as sess:
+        await sess.run(counting_step)
+        assert sess.should_stop()
+
+
+async def test_call_after_hooks_outside_the_step_events_is_refused(state: TrainState) -> None:
+    class Hook:
+        def begin(self, session: Any) -> None:
+            session.call_after_hooks(lambda: None)
+
+    with pytest.raises(RuntimeError, match="only available while hooks handle"):
+        async with monitored.MonitoredSession(state, hooks=[Hook()]):
+            pass
+
+
+async def test_a_failing_deferred_callback_names_itself_and_the_step(state: TrainState) -> None:
+    def save() -> None:
+        raise OSError("disk full")
+
+    class Hook:
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            run_context.session.call_after_hooks(save)
+
+    with pytest.raises(OSError, match="disk full") as info:
+        async with monitored.MonitoredSession(state, hooks=[Hook()]) as sess:
+            await sess.run(counting_step)
+    assert any("save, deferred with call_after_hooks at step 1" in n for n in info.value.__notes__)
+
+
+# -- a global step that never moves -----------------------------------------------------------
+def forgetful_step(state: TrainState) -> None:
+    state["w"] += 1  # forgets state.global_step += 1
+
+
+async def test_a_global_step_that_never_moves_is_warned_about_once(
+    state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    from monitored._session import STALLED_STEPS_WARNING
+
+    async with monitored.MonitoredSession(state) as sess:
+        await run_steps(sess, STALLED_STEPS_WARNING - 1, forgetful_step)
+        assert not [r for r in caplog.records if "has not been increased" in r.getMessage()]
+        await run_steps(sess, 3 * STALLED_STEPS_WARNING, forgetful_step)
+    warnings = [r for r in caplog.records if "has not been increased" in r.getMessage()]
+    assert len(warnings) == 1
+    assert warnings[0].levelname == "WARNING"
+    assert "forgetful_step" in warnings[0].getMessage()
+    assert "state.global_step += 1" in warnings[0].getMessage()
+
+
+async def test_a_moving_global_step_is_not_warned_about(
+    state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with monitored.MonitoredSession(state) as sess:
+        await run_steps(sess, 50)
+    assert not [r for r in caplog.records if "has not been increased" in r.getMessage()]
+
+
+# -- saying what is going on ----------------------------------------------------------------------
+async def test_session_start_logs_the_loaded_plugins(
+    state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="monitored")
+    async with monitored.MonitoredSession(state, disable_plugins=["checkpoint"]):
+        pass
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Loaded plugins")]
+    assert "checkpoint" not in line
+
+
+async def test_a_stop_request_is_logged_with_who_asked_and_the_step(
+    state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="monitored")
+    async with monitored.MonitoredSession(
+        state, hooks=[monitored.StopAtStepHook(last_step=3)]
+    ) as sess:
+        await run_steps(sess, 3)
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Stopping")]
+    assert line == "Stopping after step 3: stop requested by StopAtStepHook.after_run"
+
+
+async def test_a_coordinator_stop_is_logged_with_who_asked(
+    state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="monitored")
+
+    def stopper(state: TrainState, coord: monitored.Coordinator) -> None:
+        state.global_step += 1
+        coord.request_stop()
+
+    async with monitored.MonitoredSession(state) as sess:
+        await sess.run(stopper, sess.coord)
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Stopping")]
+    assert line.endswith("stop requested by test_a_coordinator_stop_is_logged_with_who_asked.<locals>.stopper")
+
+
+async def test_a_step_context_stop_is_logged(
+    state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="monitored")
+
+    def step_fn(step_context: monitored.StepContext) -> None:
+        step_context.request_stop()
+
+    async with monitored.MonitoredSession(state) as sess:
+        await sess.run_step_fn(step_fn)
+    assert "Stopping after step 0: stop requested by step function step_fn" in caplog.messages

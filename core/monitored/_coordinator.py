@@ -23,6 +23,7 @@ import anyio.abc
 import anyio.to_thread
 
 from ._errors import OutOfRangeError
+from ._run import caller_name
 
 __all__ = ["Coordinator"]
 
@@ -51,6 +52,7 @@ class Coordinator:
         "_scopes",
         "_stopped",
         "_task_group",
+        "stop_requested_by",
         "_threads",
     )
 
@@ -64,6 +66,8 @@ class Coordinator:
         self._scopes: set[anyio.CancelScope] = set()
         self._idle: anyio.Event | None = None
         self._closing = False
+        #: Who requested the stop first (the calling function's qualified name).
+        self.stop_requested_by: str | None = None
 
     # -- stop requests ----------------------------------------------------------------
     def request_stop(self, ex: BaseException | None = None) -> None:
@@ -77,6 +81,9 @@ class Coordinator:
             if ex is not None and self._exc is None and not isinstance(ex, END_OF_INPUT):
                 self._exc = ex
                 log.error("Coordinator stopped with exception: %r", ex)
+            if not self._stopped:
+                self.stop_requested_by = caller_name()
+                log.debug("Coordinator: stop requested by %s", self.stop_requested_by)
             self._stopped = True
 
     def should_stop(self) -> bool:
@@ -88,6 +95,7 @@ class Coordinator:
         with self._lock:
             self._exc = None
             self._stopped = False
+            self.stop_requested_by = None
 
     @property
     def exception(self) -> BaseException | None:

@@ -53,6 +53,10 @@ log = logging.getLogger("monitored")
 #: background tasks run and cancel scopes around the loop take effect.
 YIELD_INTERVAL_SECS: Final = 0.005
 
+#: Steps in a row that leave the global step unchanged before the session warns
+#: that the step function probably forgets ``state.global_step += 1``.
+STALLED_STEPS_WARNING: Final = 10
+
 #: Errors after which the session is re-created and the step retried.
 RECOVERABLE: Final = (AbortedError, UnavailableError)
 
@@ -91,6 +95,9 @@ class MonitoredSession:
     """
 
     _recoverable = True
+    #: Whether to warn when steps leave the global step unchanged (an evaluation
+    #: session, whose step never moves, turns it off).
+    _warn_stalled_global_step = True
 
     def __init__(
         self,
@@ -136,6 +143,10 @@ class MonitoredSession:
         self._recoveries = 0
         self._next_yield = 0.0
         self._outputs: Mapping[str, Any] = {}
+        #: Callbacks deferred with ``call_after_hooks``, run once the current event is done.
+        self._deferred: list[Callable[[], Any]] = []
+        self._last_global_step = -1
+        self._stalled_steps = 0
         self.restored_from: Any = None
 
     # -- properties -----------------------------------------------------------------------
@@ -267,6 +278,7 @@ class MonitoredSession:
         self._plan = CallPlan(manager)
         self._before_run = self._plan["before_run"]
         self._after_run = self._plan["after_run"]
+        _log_plugins(self._plan.infos)
 
     def _check_features(self, config: TrainingConfig, loaded: set[str]) -> None:
         for plugin, distribution, wanted, argument in _FEATURES:
@@ -313,7 +325,9 @@ class MonitoredSession:
                 await self._session_manager.wait_for_session(self, self._max_wait_secs)
             self._state.finalize()
             await self.call_hook("after_create_session", self, self._coord)
+            await self._run_deferred()
         finally:
+            self._deferred.clear()
             self._busy = False
 
     def _may_recover(self, exc: BaseException) -> bool:
@@ -402,6 +416,7 @@ class MonitoredSession:
             except _StopRequested:
                 if self._cluster.agree_to_stop(True):
                     self._should_stop = True
+                    _log_stop(f"step function {_name_of(step_fn)}", self._coord, self.state.global_step)
                 return None
             except RECOVERABLE as exc:
                 if not await self._recover(exc):
@@ -466,6 +481,11 @@ class MonitoredSession:
             self._outputs = outputs
             if type(state.global_step) is not int:
                 state.global_step = check_global_step(state.global_step, step_fn)
+            if state.global_step == self._last_global_step:
+                self._note_stalled_step(step_fn)
+            else:
+                self._last_global_step = state.global_step
+                self._stalled_steps = 0
 
             results: dict[int, Any] = {}
             if requests:
@@ -489,11 +509,66 @@ class MonitoredSession:
                 except Exception as exc:
                     annotate(exc, call, state.global_step)
                     raise
+            if self._deferred:
+                await self._run_deferred()
             if self._cluster.agree_to_stop(context._stop_requested or self._coord._stopped):
                 self._should_stop = True
+                _log_stop(context.stop_requested_by, self._coord, state.global_step)
             return outputs
         finally:
+            if self._deferred:  # left by a failed step: never run them later
+                self._deferred.clear()
             self._busy = False
+
+    def _note_stalled_step(self, step_fn: Callable[..., Any]) -> None:
+        """Count a step that left the global step where it was; warn once at a threshold.
+
+        A loop whose stop depends on the global step (``StopAtStepHook``) would
+        otherwise run forever without a word. TF1's ``StepCounterHook`` warns too.
+        """
+        self._stalled_steps += 1
+        if self._stalled_steps == STALLED_STEPS_WARNING and self._warn_stalled_global_step:
+            log.warning(
+                "The global step has not been increased: it is still %d after %d steps of "
+                "step function %s. Increase it in the step (state.global_step += 1), or an "
+                "optimizer's minimize/apply_gradients with global_step=True does it; hooks "
+                "that stop at a step (StopAtStepHook) never stop otherwise.",
+                self._last_global_step,
+                STALLED_STEPS_WARNING,
+                _name_of(step_fn),
+            )
+
+    def call_after_hooks(self, callback: Callable[[], Any]) -> None:
+        """Run ``callback()`` once every hook has handled the current event.
+
+        For work that must see what all hooks did in this step (or in this
+        ``after_create_session``): a checkpoint saver defers its save here, so the
+        checkpoint of step *k* holds every plugin's state as it is after all of
+        step *k*'s ``after_run`` calls, whatever the order of hooks. Callbacks run in
+        the order they were deferred, before the step's stop decision, and may be
+        ``async``. Allowed in ``after_create_session``, ``before_run`` and ``after_run``.
+        """
+        if not self._busy:
+            raise RuntimeError(
+                "call_after_hooks is only available while hooks handle "
+                "after_create_session, before_run or after_run"
+            )
+        self._deferred.append(callback)
+
+    async def _run_deferred(self) -> None:
+        deferred = self._deferred
+        while deferred:  # a callback may defer another one
+            callback = deferred.pop(0)
+            try:
+                result = callback()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:
+                exc.add_note(
+                    f"raised in {_name_of(callback)}, deferred with call_after_hooks at step "
+                    f"{self._state.global_step}"
+                )
+                raise
 
     @staticmethod
     def _merge_feeds(
@@ -654,6 +729,16 @@ class StepContext:
 def _end_of_input(who: str) -> OutOfRangeError:
     """``StopIteration`` cannot cross a coroutine (PEP 479): it becomes this."""
     return OutOfRangeError(f"{who} raised StopIteration: the input is exhausted")
+
+
+def _log_plugins(infos: Iterable[PluginInfo]) -> None:
+    installed = [f"{i.name} ({i.distribution} {i.version})" for i in infos if i.distribution]
+    log.info("Loaded plugins: %s", ", ".join(installed) if installed else "none installed")
+
+
+def _log_stop(requested_by: str | None, coord: Coordinator, step: int) -> None:
+    who = requested_by or coord.stop_requested_by or "an earlier stop request"
+    log.info("Stopping after step %d: stop requested by %s", step, who)
 
 
 def _hook_list(returned: Any, call: HookCall) -> list[object]:
