@@ -1007,7 +1007,9 @@ async def test_a_coordinator_stop_is_logged_with_who_asked(
     async with monitored.MonitoredSession(state) as sess:
         await sess.run(stopper, sess.coord)
     [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Stopping")]
-    assert line.endswith("stop requested by test_a_coordinator_stop_is_logged_with_who_asked.<locals>.stopper")
+    assert line.endswith(
+        "stop requested by test_a_coordinator_stop_is_logged_with_who_asked.<locals>.stopper"
+    )
 
 
 async def test_a_step_context_stop_is_logged(

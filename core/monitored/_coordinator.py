@@ -52,8 +52,8 @@ class Coordinator:
         "_scopes",
         "_stopped",
         "_task_group",
-        "stop_requested_by",
         "_threads",
+        "stop_requested_by",
     )
 
     def __init__(self) -> None:

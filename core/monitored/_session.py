@@ -416,7 +416,8 @@ class MonitoredSession:
             except _StopRequested:
                 if self._cluster.agree_to_stop(True):
                     self._should_stop = True
-                    _log_stop(f"step function {_name_of(step_fn)}", self._coord, self.state.global_step)
+                    who = f"step function {_name_of(step_fn)}"
+                    _log_stop(who, self._coord, self.state.global_step)
                 return None
             except RECOVERABLE as exc:
                 if not await self._recover(exc):

@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, final
 
 import anyio.to_thread
@@ -229,7 +229,6 @@ class CheckpointSaverHook:
             run_context.session.call_after_hooks(
                 lambda: self._after_run(run_context, step, due, preempt)
             )
-        return None
 
     async def _after_run(
         self, run_context: SessionRunContext, step: int, due: bool, preempt: bool
