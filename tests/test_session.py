@@ -775,7 +775,7 @@ async def test_a_hook_object_implementing_nothing_is_an_error(state: TrainState)
 
     with pytest.raises(
         monitored.PluginValidationError,
-        match="implements none of the hooks.*'after_run' for 'after_runs'",
+        match="look like misspelled hook names; did you mean 'after_run' for 'after_runs'",
     ):
         async with monitored.MonitoredSession(state, hooks=[Typo()]):
             pass

@@ -40,9 +40,7 @@ def _describe_plugins() -> list[dict[str, Any]]:
     for info in installed_plugins(autoload=True):
         manager = PluginManager()
         manager.add(info)
-        hooks = sorted(
-            caller.name for caller in manager.get_hookcallers(info.plugin) or () if caller.name
-        )
+        hooks = manager.hooks_of(info.plugin)
         rows.append(
             {
                 "name": info.name,
