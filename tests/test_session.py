@@ -160,6 +160,46 @@ async def test_fetching_an_unknown_name_names_the_hook_and_what_exists(state: Tr
             await sess.run(counting_step)
 
 
+async def test_an_optional_fetch_that_is_missing_is_none(state: TrainState) -> None:
+    hook = Recorder(
+        "r", [], fetches={"loss": monitored.optional("loss"), "acc": monitored.optional("acc")}
+    )
+    async with monitored.MonitoredSession(state, hooks=[hook]) as sess:
+        await sess.run(counting_step)
+    assert hook.results == [{"loss": 3.0, "acc": None}]
+
+
+async def test_an_optional_fetch_asked_for_as_required_by_another_hook_is_an_error(
+    state: TrainState,
+) -> None:
+    watcher = Recorder("watcher", [], fetches=monitored.optional("acc"))
+    strict = Recorder("strict", [], fetches="acc")
+    with pytest.raises(
+        monitored.FetchError, match=r"^hook 'hooks\[1\]:Recorder'[^,]*asked to fetch 'acc'"
+    ) as info:
+        async with monitored.MonitoredSession(state, hooks=[watcher, strict]) as sess:
+            await sess.run(counting_step)
+    assert "monitored.optional('acc')" in str(info.value)
+    assert "hooks[0]" not in str(info.value)
+
+
+async def test_an_optional_fetch_that_exists_is_fetched_once_with_the_required_one(
+    state: TrainState,
+) -> None:
+    a = Recorder("a", [], fetches=monitored.optional("loss"))
+    b = Recorder("b", [], fetches=["loss"])
+    async with monitored.MonitoredSession(state, hooks=[a, b]) as sess:
+        await sess.run(counting_step)
+    assert a.results == [3.0]
+    assert b.results == [[3.0]]
+
+
+def test_optional_takes_a_name() -> None:
+    assert repr(monitored.optional("loss")) == "optional('loss')"
+    with pytest.raises(TypeError, match="takes a fetch name"):
+        monitored.optional(3)  # type: ignore[arg-type]
+
+
 async def test_fetching_a_non_name_is_a_type_error(state: TrainState) -> None:
     hook = Recorder("r", [], fetches=["loss", 3])
     with pytest.raises(TypeError, match=r"asked to fetch 3 \(int\)"):

@@ -33,6 +33,7 @@ from ._errors import (
     PluginValidationError,
     UnavailableError,
 )
+from ._fetch import OptionalFetch, optional
 from ._markers import hookimpl, hookspec
 from ._plugins import PluginInfo, installed_plugins
 from ._run import SessionRunArgs, SessionRunContext, SessionRunValues
@@ -115,6 +116,7 @@ __all__ = [
     "MonitoredTrainingSession",
     "NanLossDuringTrainingError",
     "Optimizer",
+    "OptionalFetch",
     "OutOfRangeError",
     "PluginError",
     "PluginInfo",
@@ -156,6 +158,7 @@ __all__ = [
     "is_device_array",
     "linear_warmup",
     "natural_exp_decay",
+    "optional",
     "piecewise_constant",
     "polynomial_decay",
     "to_host",
