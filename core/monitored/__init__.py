@@ -30,11 +30,13 @@ from ._errors import (
     OutOfRangeError,
     PluginError,
     PluginLoadError,
+    PluginOptionError,
     PluginValidationError,
     UnavailableError,
 )
 from ._fetch import OptionalFetch, optional
 from ._markers import hookimpl, hookspec
+from ._options import Option
 from ._plugins import PluginInfo, installed_plugins
 from ._run import SessionRunArgs, SessionRunContext, SessionRunValues
 from ._scaffold import Scaffold, SessionManager
@@ -116,11 +118,13 @@ __all__ = [
     "MonitoredTrainingSession",
     "NanLossDuringTrainingError",
     "Optimizer",
+    "Option",
     "OptionalFetch",
     "OutOfRangeError",
     "PluginError",
     "PluginInfo",
     "PluginLoadError",
+    "PluginOptionError",
     "PluginValidationError",
     "ProximalAdagradOptimizer",
     "ProximalGradientDescentOptimizer",

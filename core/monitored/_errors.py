@@ -18,6 +18,7 @@ __all__ = [
     "OutOfRangeError",
     "PluginError",
     "PluginLoadError",
+    "PluginOptionError",
     "PluginValidationError",
     "UnavailableError",
 ]
@@ -86,6 +87,10 @@ class PluginLoadError(PluginError):
 
 class PluginValidationError(PluginError):
     """A plugin implements a hook that does not exist, or with a wrong signature."""
+
+
+class PluginOptionError(PluginError, ValueError):
+    """A plugin option is unknown, set for a plugin that is not installed, or of the wrong type."""
 
 
 class MissingPluginError(PluginError):

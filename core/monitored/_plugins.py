@@ -41,6 +41,7 @@ __all__ = [
     "PluginInfo",
     "PluginManager",
     "disabled_from_env",
+    "installed_plugin_names",
     "installed_plugins",
 ]
 
@@ -167,6 +168,11 @@ def installed_plugins(
             )
         found[ep.name] = PluginInfo(ep.name, plugin, dist_name, version, "entry point")
     return list(found.values())
+
+
+def installed_plugin_names() -> frozenset[str]:
+    """The names of every installed plugin, loaded or not (nothing is imported)."""
+    return frozenset(ep.name for ep in installed_entry_points())
 
 
 def installed_entry_points() -> Sequence[importlib.metadata.EntryPoint]:

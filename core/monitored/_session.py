@@ -10,6 +10,7 @@ closed. ``AbortedError`` and ``UnavailableError`` re-create the session and retr
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import time
@@ -33,12 +34,14 @@ from ._errors import (
     UnavailableError,
 )
 from ._fetch import fetch_many
+from ._options import resolve_options
 from ._plugins import (
     DISABLE_AUTOLOAD_ENV,
     PluginInfo,
     PluginManager,
     autoload_enabled,
     disabled_from_env,
+    installed_plugin_names,
     installed_plugins,
 )
 from ._run import SessionRunArgs, SessionRunContext, SessionRunValues
@@ -92,6 +95,9 @@ class MonitoredSession:
         session_manager: replaces the default ``SessionManager(scaffold)``.
         training_config: set by ``MonitoredTrainingSession``; plugins contribute
             hooks for it through the ``training_hooks`` hookspec.
+        plugin_options: options of installed plugins, by plugin name
+            (``{"progress": {"every_n_steps": 10}}``); each plugin declares its own
+            (``declare_options``). ``MONITORED_PLUGIN_OPTIONS`` sets them too.
     """
 
     _recoverable = True
@@ -113,6 +119,7 @@ class MonitoredSession:
         session_manager: SessionManager | None = None,
         training_config: TrainingConfig | None = None,
         cluster: Cluster | None = None,
+        plugin_options: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         if state is not None and not isinstance(state, TrainState):
             raise TypeError(
@@ -130,6 +137,8 @@ class MonitoredSession:
         self._disabled = frozenset(disable_plugins)
         self._max_recoveries = max_recoveries
         self._training_config = training_config
+        self._plugin_options = plugin_options if plugin_options is not None else {}
+        self._options: dict[str, dict[str, Any]] = {}
         self._coord = Coordinator()
         self._plan: CallPlan | None = None
         self._before_run: tuple[HookCall, ...] = ()
@@ -266,8 +275,21 @@ class MonitoredSession:
         ]
         for info in installed:
             manager.add(info)
+        declared = {
+            call.info.name: list(options or ())
+            for call, options in await CallPlan(manager).call_each("declare_options")
+        }
+        self._options = resolve_options(
+            declared,
+            self._plugin_options,
+            loaded=[info.name for info in manager.infos],
+            installed=installed_plugin_names(),
+        )
         config = self._training_config
         if config is not None:
+            config = self._training_config = dataclasses.replace(
+                config, plugin_options=self._options
+            )
             self._check_features(config, {info.name for info in installed})
             position = len(self._hooks)
             for call, hooks in await CallPlan(manager).call_each("training_hooks", config):
@@ -612,6 +634,22 @@ class MonitoredSession:
     async def write_summaries(self, step: int, summaries: Mapping[str, Any]) -> None:
         """Hand ``summaries`` for ``step`` to every summary sink (``write_summaries``)."""
         await self.call_hook("write_summaries", self, step, summaries)
+
+    def options_for(self, plugin: str) -> Mapping[str, Any]:
+        """The resolved options of ``plugin`` (declared with ``declare_options``).
+
+        Its defaults, overridden by ``MONITORED_PLUGIN_OPTIONS`` and then by the
+        session's ``plugin_options`` argument. Available once entered.
+        """
+        self._require_plan()
+        try:
+            return self._options[plugin]
+        except KeyError:
+            raise PluginError(
+                f"plugin {plugin!r} declares no options in this session (plugins that do: "
+                f"{sorted(self._options) or 'none'})",
+                plugin=plugin,
+            ) from None
 
     def implements(self, hook: str) -> bool:
         """Whether any registered hook or plugin implements ``hook``."""

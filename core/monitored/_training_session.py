@@ -9,7 +9,7 @@ feature asked for whose plugin is not installed is a
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from ._basic_hooks import StepCounterHook
@@ -51,6 +51,7 @@ def MonitoredTrainingSession(
     summary_dir: str | None = None,
     disable_plugins: Iterable[str] = (),
     max_recoveries: int | None = None,
+    plugin_options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> MonitoredSession:
     """A :class:`MonitoredSession` set up for training, with TF1's defaults.
 
@@ -107,6 +108,7 @@ def MonitoredTrainingSession(
         disable_plugins=disable_plugins,
         max_recoveries=max_recoveries,
         training_config=config,
+        plugin_options=plugin_options,
     )
 
 
