@@ -1119,9 +1119,11 @@ async def test_an_awaited_run_created_before_should_stop_is_fine(state: TrainSta
 
 async def test_with_instead_of_async_with_says_what_to_write(state: TrainState) -> None:
     sess = monitored.MonitoredTrainingSession(state)
-    with pytest.raises(TypeError, match=r"async context manager: write `async with .*anyio.run"):
-        with sess:  # type: ignore[attr-defined]
-            pass
+    with (
+        pytest.raises(TypeError, match=r"async context manager: write `async with .*anyio.run"),
+        sess,
+    ):
+        pass
 
 
 # --- fetches are values after the step ----------------------------------------------------------
