@@ -39,10 +39,53 @@ def test_plugins_json(fake_plugin: Any, capsys: pytest.CaptureFixture[str]) -> N
             "distribution": "monitored-progress",
             "version": "1.0",
             "hooks": ["before_run"],
+            "options": [],
             "chief_only": False,
             "disabled": False,
         }
     ]
+
+
+OPTIONS_PLUGIN = """
+import monitored
+
+def declare_options():
+    return [
+        monitored.Option("every_n_steps", 100, "refresh every this many steps"),
+        monitored.Option("show", ["loss"]),
+    ]
+"""
+
+
+def test_plugins_lists_each_plugins_options_with_defaults(
+    fake_plugin: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_plugin("progress", OPTIONS_PLUGIN)
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    assert "  progress.every_n_steps = 100 (int): refresh every this many steps\n" in out
+    assert "  progress.show = ['loss'] (list)\n" in out
+    assert "MONITORED_PLUGIN_OPTIONS" in out
+    assert main(["plugins", "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert row["hooks"] == ["declare_options"]
+    assert row["options"] == [
+        {
+            "name": "every_n_steps",
+            "default": 100,
+            "type": "int",
+            "help": "refresh every this many steps",
+        },
+        {"name": "show", "default": ["loss"], "type": "list", "help": ""},
+    ]
+
+
+def test_help_is_plain_text(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "``" not in out
+    assert "List the installed monitored plugins" in out
 
 
 def test_plugins_lists_even_when_autoload_is_off(

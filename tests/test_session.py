@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import time
 from typing import Any
 
@@ -157,6 +158,46 @@ async def test_fetching_an_unknown_name_names_the_hook_and_what_exists(state: Tr
     with pytest.raises(monitored.FetchError, match=r"hook 'hooks\[0\]:Recorder'.*'nope' at step 1"):
         async with monitored.MonitoredSession(state, hooks=[hook]) as sess:
             await sess.run(counting_step)
+
+
+async def test_an_optional_fetch_that_is_missing_is_none(state: TrainState) -> None:
+    hook = Recorder(
+        "r", [], fetches={"loss": monitored.optional("loss"), "acc": monitored.optional("acc")}
+    )
+    async with monitored.MonitoredSession(state, hooks=[hook]) as sess:
+        await sess.run(counting_step)
+    assert hook.results == [{"loss": 3.0, "acc": None}]
+
+
+async def test_an_optional_fetch_asked_for_as_required_by_another_hook_is_an_error(
+    state: TrainState,
+) -> None:
+    watcher = Recorder("watcher", [], fetches=monitored.optional("acc"))
+    strict = Recorder("strict", [], fetches="acc")
+    with pytest.raises(
+        monitored.FetchError, match=r"^hook 'hooks\[1\]:Recorder'[^,]*asked to fetch 'acc'"
+    ) as info:
+        async with monitored.MonitoredSession(state, hooks=[watcher, strict]) as sess:
+            await sess.run(counting_step)
+    assert "monitored.optional('acc')" in str(info.value)
+    assert "hooks[0]" not in str(info.value)
+
+
+async def test_an_optional_fetch_that_exists_is_fetched_once_with_the_required_one(
+    state: TrainState,
+) -> None:
+    a = Recorder("a", [], fetches=monitored.optional("loss"))
+    b = Recorder("b", [], fetches=["loss"])
+    async with monitored.MonitoredSession(state, hooks=[a, b]) as sess:
+        await sess.run(counting_step)
+    assert a.results == [3.0]
+    assert b.results == [[3.0]]
+
+
+def test_optional_takes_a_name() -> None:
+    assert repr(monitored.optional("loss")) == "optional('loss')"
+    with pytest.raises(TypeError, match="takes a fetch name"):
+        monitored.optional(3)  # type: ignore[arg-type]
 
 
 async def test_fetching_a_non_name_is_a_type_error(state: TrainState) -> None:
@@ -774,7 +815,7 @@ async def test_a_hook_object_implementing_nothing_is_an_error(state: TrainState)
 
     with pytest.raises(
         monitored.PluginValidationError,
-        match="implements none of the hooks.*'after_run' for 'after_runs'",
+        match="look like misspelled hook names; did you mean 'after_run' for 'after_runs'",
     ):
         async with monitored.MonitoredSession(state, hooks=[Typo()]):
             pass
@@ -863,3 +904,234 @@ async def test_implements_tells_which_hooks_are_present(state: TrainState) -> No
         assert sess.implements("after_save")
         assert not sess.implements("write_summaries")
         assert not sess.has_summary_sinks
+
+
+# -- work deferred until every hook has run -------------------------------------------------
+async def test_call_after_hooks_runs_after_every_after_run_in_order(state: TrainState) -> None:
+    seen: list[str] = []
+
+    class Early:
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            seen.append("early.after_run")
+
+            async def later() -> None:
+                seen.append("deferred 1")
+
+            run_context.session.call_after_hooks(later)
+            run_context.session.call_after_hooks(lambda: seen.append("deferred 2"))
+
+    class Late:
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            seen.append("late.after_run")
+
+    async with monitored.MonitoredSession(state, hooks=[Early(), Late()]) as sess:
+        await sess.run(counting_step)
+        assert seen == ["early.after_run", "late.after_run", "deferred 1", "deferred 2"]
+        seen.clear()
+        await sess.run(counting_step)
+        assert seen == ["early.after_run", "late.after_run", "deferred 1", "deferred 2"]
+
+
+async def test_call_after_hooks_in_after_create_session_runs_after_every_hook(
+    state: TrainState,
+) -> None:
+    seen: list[str] = []
+
+    class First:
+        def after_create_session(self, session: Any, coord: Any) -> None:
+            session.call_after_hooks(lambda: seen.append("deferred"))
+
+    class Second:
+        def after_create_session(self, session: Any, coord: Any) -> None:
+            seen.append("second")
+
+    async with monitored.MonitoredSession(state, hooks=[First(), Second()]):
+        assert seen == ["second", "deferred"]
+
+
+async def test_a_deferred_stop_request_stops_after_this_step(state: TrainState) -> None:
+    class Hook:
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            run_context.session.call_after_hooks(run_context.request_stop)
+
+    async with monitored.MonitoredSession(state, hooks=[Hook()]) as sess:
+        await sess.run(counting_step)
+        assert sess.should_stop()
+
+
+async def test_call_after_hooks_outside_the_step_events_is_refused(state: TrainState) -> None:
+    class Hook:
+        def begin(self, session: Any) -> None:
+            session.call_after_hooks(lambda: None)
+
+    with pytest.raises(RuntimeError, match="only available while hooks handle"):
+        async with monitored.MonitoredSession(state, hooks=[Hook()]):
+            pass
+
+
+async def test_a_failing_deferred_callback_names_itself_and_the_step(state: TrainState) -> None:
+    def save() -> None:
+        raise OSError("disk full")
+
+    class Hook:
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            run_context.session.call_after_hooks(save)
+
+    with pytest.raises(OSError, match="disk full") as info:
+        async with monitored.MonitoredSession(state, hooks=[Hook()]) as sess:
+            await sess.run(counting_step)
+    assert any("save, deferred with call_after_hooks at step 1" in n for n in info.value.__notes__)
+
+
+# -- a global step that never moves -----------------------------------------------------------
+def forgetful_step(state: TrainState) -> None:
+    state["w"] += 1  # forgets state.global_step += 1
+
+
+async def test_a_global_step_that_never_moves_is_warned_about_once(
+    state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    from monitored._session import STALLED_STEPS_WARNING
+
+    async with monitored.MonitoredSession(state) as sess:
+        await run_steps(sess, STALLED_STEPS_WARNING - 1, forgetful_step)
+        assert not [r for r in caplog.records if "has not been increased" in r.getMessage()]
+        await run_steps(sess, 3 * STALLED_STEPS_WARNING, forgetful_step)
+    warnings = [r for r in caplog.records if "has not been increased" in r.getMessage()]
+    assert len(warnings) == 1
+    assert warnings[0].levelname == "WARNING"
+    assert "forgetful_step" in warnings[0].getMessage()
+    assert "state.global_step += 1" in warnings[0].getMessage()
+
+
+async def test_a_moving_global_step_is_not_warned_about(
+    state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with monitored.MonitoredSession(state) as sess:
+        await run_steps(sess, 50)
+    assert not [r for r in caplog.records if "has not been increased" in r.getMessage()]
+
+
+# -- saying what is going on ----------------------------------------------------------------------
+async def test_session_start_logs_the_loaded_plugins(
+    state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="monitored")
+    async with monitored.MonitoredSession(state, disable_plugins=["checkpoint"]):
+        pass
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Loaded plugins")]
+    assert "checkpoint" not in line
+
+
+async def test_a_stop_request_is_logged_with_who_asked_and_the_step(
+    state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="monitored")
+    async with monitored.MonitoredSession(
+        state, hooks=[monitored.StopAtStepHook(last_step=3)]
+    ) as sess:
+        await run_steps(sess, 3)
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Stopping")]
+    assert line == "Stopping after step 3: stop requested by StopAtStepHook.after_run"
+
+
+async def test_a_coordinator_stop_is_logged_with_who_asked(
+    state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="monitored")
+
+    def stopper(state: TrainState, coord: monitored.Coordinator) -> None:
+        state.global_step += 1
+        coord.request_stop()
+
+    async with monitored.MonitoredSession(state) as sess:
+        await sess.run(stopper, sess.coord)
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Stopping")]
+    assert line.endswith(
+        "stop requested by test_a_coordinator_stop_is_logged_with_who_asked.<locals>.stopper"
+    )
+
+
+async def test_a_step_context_stop_is_logged(
+    state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="monitored")
+
+    def step_fn(step_context: monitored.StepContext) -> None:
+        step_context.request_stop()
+
+    async with monitored.MonitoredSession(state) as sess:
+        await sess.run_step_fn(step_fn)
+    assert "Stopping after step 0: stop requested by step function step_fn" in caplog.messages
+
+
+async def test_a_sync_hook_calling_session_run_is_refused_at_once(state: TrainState) -> None:
+    """TF1 hooks called ``run_context.session.run(...)``; the coroutine was silently dropped."""
+
+    class TF1Habit(monitored.SessionRunHook):
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            run_context.session.run(counting_step)  # no await: TF1's habit
+
+    with pytest.raises(RuntimeError, match="run called from inside a hook or a step") as info:
+        async with monitored.MonitoredSession(state, hooks=[TF1Habit()]) as sess:
+            await sess.run(counting_step)
+    assert any("TF1Habit" in note for note in info.value.__notes__)
+    assert state.global_step == 1
+
+
+# --- TF1 habits: a run that is never awaited, `with` instead of `async with` ------------------
+async def test_run_without_await_in_a_should_stop_loop_is_an_error(state: TrainState) -> None:
+    with pytest.raises(RuntimeError, match=r"called without await.*`await sess.run\(step_fn"):
+        async with monitored.MonitoredSession(
+            state, hooks=[monitored.StopAtStepHook(last_step=5)]
+        ) as sess:
+            for _ in range(3):  # a `while not sess.should_stop()` loop that would never end
+                if sess.should_stop():
+                    break
+                sess.run(counting_step)  # forgot await
+    assert state.global_step == 0
+
+
+async def test_two_runs_without_await_are_caught_at_the_second(state: TrainState) -> None:
+    async with monitored.MonitoredSession(state) as sess:
+        sess.run(counting_step)
+        with pytest.raises(RuntimeError, match="called without await"):
+            sess.run(counting_step)
+        await sess.run(counting_step)
+    assert state.global_step == 1
+
+
+async def test_a_run_never_awaited_before_the_block_ends_is_an_error(state: TrainState) -> None:
+    log: list = []
+    with pytest.raises(RuntimeError, match="called without await"):
+        async with monitored.MonitoredSession(state, hooks=[Recorder("r", log)]) as sess:
+            sess.run(counting_step)
+    assert ("r", "end") not in log
+
+
+async def test_an_awaited_run_created_before_should_stop_is_fine(state: TrainState) -> None:
+    async with monitored.MonitoredSession(state) as sess:
+        pending = sess.run(counting_step)
+        await pending
+        assert not sess.should_stop()
+    assert state.global_step == 1
+
+
+async def test_with_instead_of_async_with_says_what_to_write(state: TrainState) -> None:
+    sess = monitored.MonitoredTrainingSession(state)
+    with (
+        pytest.raises(TypeError, match=r"async context manager: write `async with .*anyio.run"),
+        sess,
+    ):
+        pass
+
+
+# --- fetches are values after the step ----------------------------------------------------------
+async def test_a_fetched_state_entry_is_its_value_after_the_step(state: TrainState) -> None:
+    """A deliberate difference from TF1, whose read of a variable in the same run as its
+    update saw the value before it (in practice): see docs/tf1-migration.md."""
+    hook = Recorder("r", [], fetches=["global_step", "w"])
+    async with monitored.MonitoredSession(state, hooks=[hook]) as sess:
+        await run_steps(sess, 2)
+    assert [int(step) for step, _ in hook.results] == [1, 2]
+    np.testing.assert_array_equal(hook.results[0][1], [1, 1, 1])

@@ -30,10 +30,14 @@ from ._errors import (
     OutOfRangeError,
     PluginError,
     PluginLoadError,
+    PluginOptionError,
     PluginValidationError,
     UnavailableError,
+    UnsupportedArgumentError,
 )
+from ._fetch import OptionalFetch, optional
 from ._markers import hookimpl, hookspec
+from ._options import Option
 from ._plugins import PluginInfo, installed_plugins
 from ._profiler import ProfilerHook, StepTrace
 from ._run import RunOptions, SessionRunArgs, SessionRunContext, SessionRunValues
@@ -117,10 +121,13 @@ __all__ = [
     "MonitoredTrainingSession",
     "NanLossDuringTrainingError",
     "Optimizer",
+    "Option",
+    "OptionalFetch",
     "OutOfRangeError",
     "PluginError",
     "PluginInfo",
     "PluginLoadError",
+    "PluginOptionError",
     "PluginValidationError",
     "ProfilerHook",
     "ProximalAdagradOptimizer",
@@ -143,6 +150,7 @@ __all__ = [
     "TrainState",
     "TrainingConfig",
     "UnavailableError",
+    "UnsupportedArgumentError",
     "__version__",
     "clip_by_average_norm",
     "clip_by_global_norm",
@@ -161,6 +169,7 @@ __all__ = [
     "is_device_array",
     "linear_warmup",
     "natural_exp_decay",
+    "optional",
     "piecewise_constant",
     "polynomial_decay",
     "to_host",

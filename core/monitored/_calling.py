@@ -12,11 +12,9 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Final, final
 
-import pluggy
-
 from . import hookspecs
 from ._errors import OutOfRangeError
-from ._plugins import PluginInfo, PluginManager
+from ._plugins import Impl, PluginInfo, PluginManager
 
 __all__ = ["CallPlan", "HookCall", "annotate"]
 
@@ -32,12 +30,16 @@ class HookCall:
 
     __slots__ = ("call", "hook", "info", "is_async", "plugin_index")
 
-    def __init__(self, hook: str, impl: pluggy.HookImpl, info: PluginInfo, index: int) -> None:
+    def __init__(self, hook: str, impl: Impl, info: PluginInfo, index: int) -> None:
         self.hook = hook
         self.info = info
         self.plugin_index = index
         self.is_async = inspect.iscoroutinefunction(impl.function)
-        self.call: Callable[..., Any] = _adapt(impl.function, impl.argnames, _SPEC_ARGS[hook])
+        self.call: Callable[..., Any] = (
+            _first_args(impl.function, len(impl.argnames), len(_SPEC_ARGS[hook]))
+            if impl.positional
+            else _adapt(impl.function, impl.argnames, _SPEC_ARGS[hook])
+        )
 
     def __repr__(self) -> str:
         return f"<HookCall {self.hook} of {self.info.name}>"
@@ -52,6 +54,15 @@ def _adapt(
     if not picks:
         return lambda *_: function()
     return lambda *args: function(*[args[i] for i in picks])
+
+
+def _first_args(function: Callable[..., Any], count: int, total: int) -> Callable[..., Any]:
+    """Call ``function`` with the first ``count`` of the spec's ``total`` arguments."""
+    if count == total:
+        return function
+    if count == 0:
+        return lambda *_: function()
+    return lambda *args: function(*args[:count])
 
 
 def annotate(exc: BaseException, call: HookCall, step: int | None = None) -> None:

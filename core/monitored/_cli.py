@@ -8,8 +8,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
+
 from . import __version__
+from ._calling import CallPlan
 from ._errors import PluginError
+from ._options import OPTIONS_ENV
 from ._plugins import (
     DISABLE_ENV,
     PluginManager,
@@ -19,6 +23,26 @@ from ._plugins import (
 )
 
 __all__ = ["main"]
+
+
+_DESCRIPTION = (
+    "List the installed monitored plugins: their distributions, versions, the hooks "
+    "each implements and the options each accepts."
+)
+
+
+def _declared_options(manager: PluginManager) -> list[dict[str, Any]]:
+    calls = anyio.run(CallPlan(manager).call_each, "declare_options")
+    return [
+        {
+            "name": option.name,
+            "default": option.default,
+            "type": option.value_type.__name__,
+            "help": option.help,
+        }
+        for _, options in calls
+        for option in options or ()
+    ]
 
 
 def _describe_plugins() -> list[dict[str, Any]]:
@@ -33,6 +57,7 @@ def _describe_plugins() -> list[dict[str, Any]]:
                     "distribution": dist.metadata["Name"] if dist else None,
                     "version": dist.version if dist else None,
                     "hooks": [],
+                    "options": [],
                     "chief_only": False,
                     "disabled": True,
                 }
@@ -40,15 +65,14 @@ def _describe_plugins() -> list[dict[str, Any]]:
     for info in installed_plugins(autoload=True):
         manager = PluginManager()
         manager.add(info)
-        hooks = sorted(
-            caller.name for caller in manager.get_hookcallers(info.plugin) or () if caller.name
-        )
+        hooks = manager.hooks_of(info.plugin)
         rows.append(
             {
                 "name": info.name,
                 "distribution": info.distribution,
                 "version": info.version,
                 "hooks": hooks,
+                "options": _declared_options(manager),
                 "chief_only": bool(getattr(info.plugin, "chief_only", False)),
                 "disabled": False,
             }
@@ -89,16 +113,24 @@ def _plugins_command(args: argparse.Namespace) -> int:
                 str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)
             ).rstrip()
         )
+    for row in rows:
+        for option in row["options"]:
+            print(
+                f"  {row['name']}.{option['name']} = {option['default']!r} "
+                f"({option['type']}){': ' + option['help'] if option['help'] else ''}"
+            )
+    if any(row["options"] for row in rows):
+        print(f"Set options with plugin_options={{...}} or {OPTIONS_ENV}='plugin.option=value;...'")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``monitored`` console script."""
-    parser = argparse.ArgumentParser(prog="monitored", description=__doc__)
+    parser = argparse.ArgumentParser(prog="monitored", description=_DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"monitored {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     plugins = commands.add_parser(
-        "plugins", help="list installed plugins with their versions and hooks"
+        "plugins", help="list installed plugins with their versions, hooks and options"
     )
     plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")
     plugins.set_defaults(handler=_plugins_command)

@@ -8,8 +8,9 @@ the default" from "the user asked for it".
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import final
+from typing import Any, final
 
 __all__ = ["TrainingConfig"]
 
@@ -30,6 +31,8 @@ class TrainingConfig:
     max_wait_secs: float = 7200
     stop_grace_period_secs: float = 120
     explicit: frozenset[str] = field(default_factory=frozenset)
+    #: Every plugin's resolved options (``declare_options``), by plugin name.
+    plugin_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def wants_checkpoints(self) -> bool:

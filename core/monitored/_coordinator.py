@@ -24,6 +24,7 @@ import anyio.abc
 import anyio.to_thread
 
 from ._errors import OutOfRangeError
+from ._run import caller_name
 
 __all__ = ["Coordinator", "LooperThread"]
 
@@ -60,6 +61,7 @@ class Coordinator:
         "_stopped",
         "_task_group",
         "_threads",
+        "stop_requested_by",
     )
 
     def __init__(
@@ -83,6 +85,8 @@ class Coordinator:
         self._scopes: set[anyio.CancelScope] = set()
         self._idle: anyio.Event | None = None
         self._closing = False
+        #: Who requested the stop first (the calling function's qualified name).
+        self.stop_requested_by: str | None = None
 
     # -- stop requests ----------------------------------------------------------------
     def request_stop(self, ex: BaseException | ExcInfo | None = None) -> None:
@@ -108,6 +112,9 @@ class Coordinator:
                     raise ex
                 self._exc = ex
                 log.error("Coordinator stopped with exception: %r", ex)
+            if not self._stopped:
+                self.stop_requested_by = caller_name()
+                log.debug("Coordinator: stop requested by %s", self.stop_requested_by)
             self._stopped = True
 
     def should_stop(self) -> bool:
@@ -120,6 +127,7 @@ class Coordinator:
             self._exc = None
             self._stopped = False
             self._joined = False
+            self.stop_requested_by = None
 
     @property
     def exception(self) -> BaseException | None:

@@ -18,8 +18,10 @@ __all__ = [
     "OutOfRangeError",
     "PluginError",
     "PluginLoadError",
+    "PluginOptionError",
     "PluginValidationError",
     "UnavailableError",
+    "UnsupportedArgumentError",
 ]
 
 
@@ -88,5 +90,17 @@ class PluginValidationError(PluginError):
     """A plugin implements a hook that does not exist, or with a wrong signature."""
 
 
+class PluginOptionError(PluginError, ValueError):
+    """A plugin option is unknown, set for a plugin that is not installed, or of the wrong type."""
+
+
 class MissingPluginError(PluginError):
     """A feature was asked for whose plugin package is not installed (or is disabled)."""
+
+
+class UnsupportedArgumentError(MonitoredError, TypeError, ValueError):
+    """A TF1 argument with no meaning here (``config=``, ``master=``, ...).
+
+    The message says what to do instead. A ``TypeError`` (an argument the call
+    cannot take) and a ``ValueError`` (how ``master=`` was refused before).
+    """

@@ -9,7 +9,7 @@ distinct names, looked up, moved to the host together by
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, final
 
 import numpy as np
 
@@ -17,10 +17,32 @@ from ._backend import to_host
 from ._errors import FetchError
 from ._state import TrainState
 
-__all__ = ["GLOBAL_STEP", "fetch_many", "leaves"]
+__all__ = ["GLOBAL_STEP", "OptionalFetch", "fetch_many", "leaves", "optional"]
 
 #: The fetch name of the global step (unless a step output or entry is so named).
 GLOBAL_STEP = "global_step"
+
+
+@final
+class OptionalFetch(str):
+    """A fetch name that may be missing: the hook then receives ``None`` for it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"optional({str(self)!r})"
+
+
+def optional(name: str) -> OptionalFetch:
+    """Mark fetch ``name`` as optional: ``None`` when neither output nor state entry exists.
+
+    For installed plugins, which cannot know every script's outputs:
+    ``SessionRunArgs({"loss": monitored.optional("loss")})`` watches the loss where a
+    step returns one and receives ``None`` elsewhere, instead of a ``FetchError``.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"optional() takes a fetch name (a str), got {type(name).__name__}")
+    return OptionalFetch(name)
 
 
 def leaves(fetches: Any, describe: Callable[[], str]) -> Iterator[str]:
@@ -72,16 +94,28 @@ def fetch_many(
     for fetches, describe in requests:
         for name in leaves(fetches, describe):
             names[name] = None
+    found: list[str] = []
     values = []
     for name in names:
         try:
             values.append(lookup(name, outputs, state))
         except KeyError:
-            askers = [d() for f, d in requests if name in leaves(f, d)]
-            raise FetchError(
-                f"{', '.join(askers)} asked to fetch {name!r} at step {state.global_step}, "
-                f"but the step returned outputs {sorted(outputs)} and the state has entries "
-                f"{sorted(state)}"
-            ) from None
-    host = dict(zip(names, to_host(values), strict=True))
+            name = str(name)  # the plain name, for the message
+            required = [d() for f, d in requests for leaf in leaves(f, d) if _requires(leaf, name)]
+            if required:
+                raise FetchError(
+                    f"{', '.join(dict.fromkeys(required))} asked to fetch {name!r} at step "
+                    f"{state.global_step}, but the step returned outputs {sorted(outputs)} and "
+                    f"the state has entries {sorted(state)} (monitored.optional({name!r}) "
+                    "accepts a missing value as None)"
+                ) from None
+            continue
+        found.append(name)
+    host: dict[str, Any] = dict.fromkeys(names)
+    host.update(zip(found, to_host(values), strict=True))
     return [_rebuild(fetches, host) for fetches, _ in requests]
+
+
+def _requires(leaf: str, name: str) -> bool:
+    """Whether fetch ``leaf`` is ``name`` asked for without :func:`optional`."""
+    return leaf == name and type(leaf) is not OptionalFetch

@@ -5,6 +5,15 @@ pluggy does the specifications, registration and validation; entry points of the
 error can name the plugin and its distribution. A hook object needs no marker:
 any plain function or method named after a hookspec is an implementation, except
 the no-op defaults inherited from :class:`~monitored.SessionRunHook`.
+
+Two ways of passing arguments: module plugins and pluggy-style implementations
+take any subset of the spec's arguments *by name*. Hook objects passed in
+``hooks=[...]`` may also be written as TF1 wrote them, which called hooks
+positionally (``def after_run(self, rc, rv)``): the events of a
+``SessionRunHook`` subclass, and any method of a hook object whose parameter
+names are not the spec's, are called with the spec's arguments in order.
+A public function whose name is close to a hook name (``after_runn``) is an
+error with a "did you mean", so a misspelled hook never passes silently.
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ import difflib
 import importlib.metadata
 import inspect
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, final
 
@@ -28,9 +37,11 @@ __all__ = [
     "DISABLE_AUTOLOAD_ENV",
     "DISABLE_ENV",
     "ENTRY_POINT_GROUP",
+    "Impl",
     "PluginInfo",
     "PluginManager",
     "disabled_from_env",
+    "installed_plugin_names",
     "installed_plugins",
 ]
 
@@ -44,6 +55,30 @@ DISABLE_AUTOLOAD_ENV: Final = "MONITORED_DISABLE_PLUGIN_AUTOLOAD"
 _SPEC_NAMES: Final = frozenset(
     name for name in dir(hookspecs) if hasattr(getattr(hookspecs, name), "monitored_spec")
 )
+_SPEC_ARGS: Final = {
+    name: tuple(inspect.signature(getattr(hookspecs, name)).parameters) for name in _SPEC_NAMES
+}
+#: TF1's ``SessionRunHook`` events: a subclass's methods for them are called positionally.
+_TF1_EVENTS: Final = frozenset({"begin", "after_create_session", "before_run", "after_run", "end"})
+#: How alike a name must be to a hook name (difflib's ratio) to count as a misspelling.
+_MISSPELLING_CUTOFF: Final = 0.8
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Impl:
+    """One hook implementation as the session calls it.
+
+    ``argnames`` are the spec arguments it takes by name, or, when ``positional``,
+    it takes the first ``len(argnames)`` spec arguments in order.
+    """
+
+    function: Callable[..., Any]
+    argnames: tuple[str, ...]
+    plugin_name: str
+    tryfirst: bool = False
+    trylast: bool = False
+    positional: bool = False
 
 
 @final
@@ -120,7 +155,8 @@ def installed_plugins(
         except Exception as exc:
             raise PluginLoadError(
                 f"plugin {ep.name!r} (distribution {dist_name} {version}) failed to import "
-                f"{ep.value!r}: {type(exc).__name__}: {exc}",
+                f"{ep.value!r}: {type(exc).__name__}: {exc}. To run without it, set "
+                f"{DISABLE_ENV}={ep.name} (or pip uninstall {dist_name})",
                 plugin=ep.name,
                 distribution=dist_name,
             ) from exc
@@ -133,6 +169,11 @@ def installed_plugins(
             )
         found[ep.name] = PluginInfo(ep.name, plugin, dist_name, version, "entry point")
     return list(found.values())
+
+
+def installed_plugin_names() -> frozenset[str]:
+    """The names of every installed plugin, loaded or not (nothing is imported)."""
+    return frozenset(ep.name for ep in installed_entry_points())
 
 
 def installed_entry_points() -> Sequence[importlib.metadata.EntryPoint]:
@@ -156,6 +197,11 @@ class PluginManager(pluggy.PluginManager):
         self.add_hookspecs(hookspecs)
         self._infos: dict[str, PluginInfo] = {}
         self._order: list[str] = []
+        #: Implementations called positionally (TF1 style), by hook name; pluggy
+        #: does not see them, as it would refuse their parameter names.
+        self._positional: dict[str, list[Impl]] = {}
+        #: Hook names of the plugin being registered that are positional.
+        self._skip: frozenset[str] = frozenset()
 
     @property
     def infos(self) -> list[PluginInfo]:
@@ -163,6 +209,8 @@ class PluginManager(pluggy.PluginManager):
         return [self._infos[name] for name in self._order]
 
     def parse_hookimpl_opts(self, plugin: object, name: str) -> Any:
+        if name in self._skip:
+            return None
         opts = super().parse_hookimpl_opts(plugin, name)
         if opts is not None or name not in _SPEC_NAMES:
             return opts
@@ -193,6 +241,9 @@ class PluginManager(pluggy.PluginManager):
                 distribution=info.distribution,
             )
         self._check_hook_names(info)
+        _check_misspellings(info)
+        positional = self._positional_impls(info) if info.source == "hook" else {}
+        self._skip = frozenset(positional)
         try:
             self.register(info.plugin, name=info.name)
         except pluggy.PluginValidationError as exc:
@@ -205,6 +256,8 @@ class PluginManager(pluggy.PluginManager):
                 distribution=info.distribution,
                 hook=hook,
             ) from exc
+        finally:
+            self._skip = frozenset()
         for impl in self._impls_of(info.plugin):
             if impl.wrapper or impl.hookwrapper:
                 self.unregister(info.plugin)
@@ -216,15 +269,74 @@ class PluginManager(pluggy.PluginManager):
                     distribution=info.distribution,
                     hook=hook,
                 )
-        if info.source == "hook" and not self._impls_of(info.plugin):
+        if info.source == "hook" and not self._impls_of(info.plugin) and not positional:
             self.unregister(info.plugin)
             raise PluginValidationError(
                 f"{info.describe()} implements none of the hooks "
-                f"({', '.join(sorted(_SPEC_NAMES))}){_near_misses(info.plugin)}",
+                f"({', '.join(sorted(_SPEC_NAMES))})",
                 plugin=info.name,
             )
+        for hook, positional_impl in positional.items():
+            self._positional.setdefault(hook, []).append(positional_impl)
         self._infos[info.name] = info
         self._order.insert(len(self._order) if position is None else position, info.name)
+
+    def _positional_impls(self, info: PluginInfo) -> dict[str, Impl]:
+        """The methods of hook object ``info.plugin`` to call positionally, as TF1 did.
+
+        Those are the TF1 events of a ``SessionRunHook`` subclass, and any hook
+        method whose parameter names are not all the spec's (``def after_run(self,
+        rc, rv)``). Their arity is checked here: at most the spec's arguments.
+        """
+        plugin, found = info.plugin, {}
+        for hook in _SPEC_NAMES:
+            attr = inspect.getattr_static(plugin, hook, None)
+            if isinstance(attr, staticmethod | classmethod):
+                attr = attr.__func__
+            if not inspect.isfunction(attr):
+                continue
+            if isinstance(plugin, SessionRunHook) and attr is getattr(SessionRunHook, hook, None):
+                continue
+            method = getattr(plugin, hook)
+            spec_args = _SPEC_ARGS[hook]
+            params, varargs = _positional_params(method)
+            tf1_event = isinstance(plugin, SessionRunHook) and hook in _TF1_EVENTS
+            if not (tf1_event or varargs) and {p.name for p in params} <= set(spec_args):
+                continue  # names the spec's arguments: called by name
+            count = len(spec_args) if varargs else min(len(params), len(spec_args))
+            required = [p for p in params if p.default is inspect.Parameter.empty]
+            if len(required) > len(spec_args):
+                raise PluginValidationError(
+                    f"{info.describe()} implements hook {hook!r} as {hook}"
+                    f"{inspect.signature(method)}, which needs {len(required)} arguments; "
+                    f"the hook passes {len(spec_args)}: {hook}({', '.join(spec_args)})",
+                    plugin=info.name,
+                    distribution=info.distribution,
+                    hook=hook,
+                )
+            opts: Mapping[str, Any] = (
+                pluggy.PluginManager.parse_hookimpl_opts(self, plugin, hook) or {}
+            )
+            found[hook] = Impl(
+                method,
+                spec_args[:count],
+                info.name,
+                tryfirst=bool(opts.get("tryfirst")),
+                trylast=bool(opts.get("trylast")),
+                positional=True,
+            )
+        return found
+
+    def hooks_of(self, plugin: object) -> list[str]:
+        """The names of the hooks ``plugin`` implements, sorted."""
+        by_name = {caller.name for caller in self.get_hookcallers(plugin) or ()}
+        positional = {
+            hook
+            for hook, impls in self._positional.items()
+            for impl in impls
+            if self._infos[impl.plugin_name].plugin is plugin
+        }
+        return sorted(by_name | positional)
 
     def _check_hook_names(self, info: PluginInfo) -> None:
         for attr_name in dir(info.plugin):
@@ -250,31 +362,84 @@ class PluginManager(pluggy.PluginManager):
             if impl.plugin is plugin
         ]
 
-    def ordered_impls(self, hook: str) -> list[tuple[pluggy.HookImpl, PluginInfo]]:
+    def ordered_impls(self, hook: str) -> list[tuple[Impl, PluginInfo]]:
         """The implementations of ``hook`` in call order.
 
         ``tryfirst`` ones, then the rest in registration order, then ``trylast``.
         """
         order = {name: i for i, name in enumerate(self._order)}
-        impls = getattr(self.hook, hook).get_hookimpls()
+        impls = [
+            Impl(i.function, tuple(i.argnames), i.plugin_name, i.tryfirst, i.trylast)
+            for i in getattr(self.hook, hook).get_hookimpls()
+        ]
+        impls.extend(self._positional.get(hook, ()))
 
-        def key(impl: pluggy.HookImpl) -> tuple[int, int]:
+        def key(impl: Impl) -> tuple[int, int]:
             group = 0 if impl.tryfirst else 2 if impl.trylast else 1
             return group, order[impl.plugin_name]
 
         return [(impl, self._infos[impl.plugin_name]) for impl in sorted(impls, key=key)]
 
 
+def _positional_params(method: Callable[..., Any]) -> tuple[list[inspect.Parameter], bool]:
+    """A bound method's positional parameters, and whether it takes ``*args``."""
+    params = list(inspect.signature(method).parameters.values())
+    varargs = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p for p in params if p.kind in positional], varargs
+
+
+def _own_functions(plugin: object) -> list[str]:
+    """Public function names ``plugin`` itself defines (not inherited from the hook base)."""
+    if inspect.ismodule(plugin):
+        return [
+            name
+            for name, value in vars(plugin).items()
+            if not name.startswith("_")
+            and inspect.isfunction(value)
+            and value.__module__ == plugin.__name__
+        ]
+    names: set[str] = set()
+    for cls in type(plugin).__mro__:
+        if cls in (SessionRunHook, object):
+            continue
+        for name, value in vars(cls).items():
+            if isinstance(value, staticmethod | classmethod):
+                value = value.__func__
+            if not name.startswith("_") and inspect.isfunction(value):
+                names.add(name)
+    return sorted(names)
+
+
+def _misspelled(name: str) -> str | None:
+    """The hook ``name`` probably meant, if it is a near miss of one."""
+    if name in _SPEC_NAMES:
+        return None
+    for hook in sorted(_SPEC_NAMES):
+        if len(hook) >= 5 and name.startswith(hook):
+            return hook
+    match = difflib.get_close_matches(name, _SPEC_NAMES, n=1, cutoff=_MISSPELLING_CUTOFF)
+    return match[0] if match else None
+
+
 def _near_misses(plugin: object) -> str:
-    names = [n for n in dir(plugin) if not n.startswith("_")]
-    guesses = {
-        name: match[0]
-        for name in names
-        if (match := difflib.get_close_matches(name, _SPEC_NAMES, n=1, cutoff=0.75))
-    }
+    guesses = {n: g for n in _own_functions(plugin) if (g := _misspelled(n)) is not None}
     if not guesses:
         return ""
     return "; did you mean " + ", ".join(f"{g!r} for {n!r}" for n, g in guesses.items()) + "?"
+
+
+def _check_misspellings(info: PluginInfo) -> None:
+    """Refuse a plugin whose public functions look like misspelled hook names."""
+    near = _near_misses(info.plugin)
+    if near:
+        raise PluginValidationError(
+            f"{info.describe()} defines functions that are not hooks but look like "
+            f"misspelled hook names{near} (a helper needs a name unlike any hook, or a "
+            "leading underscore)",
+            plugin=info.name,
+            distribution=info.distribution,
+        )
 
 
 def _qualname(obj: object) -> str:

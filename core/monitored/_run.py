@@ -7,6 +7,7 @@ stop), ``SessionRunValues`` the answer to one hook's request.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, final
 
@@ -127,7 +128,7 @@ class SessionRunValues(NamedTuple):
 class SessionRunContext:
     """The step being run, as hooks see it in ``before_run`` and ``after_run``."""
 
-    __slots__ = ("_feeds", "_original_args", "_stop_requested", "session")
+    __slots__ = ("_feeds", "_original_args", "_stop_requested", "session", "stop_requested_by")
 
     def __init__(
         self,
@@ -140,6 +141,8 @@ class SessionRunContext:
         #: The :class:`~monitored.MonitoredSession` running the step.
         self.session = session
         self._stop_requested = False
+        #: Who called :meth:`request_stop` first (the calling function's qualified name).
+        self.stop_requested_by: str | None = None
 
     @property
     def original_args(self) -> SessionRunArgs:
@@ -150,9 +153,19 @@ class SessionRunContext:
 
     def request_stop(self) -> None:
         """Stop the loop after this step: every hook's ``after_run`` still runs."""
-        self._stop_requested = True
+        if not self._stop_requested:
+            self._stop_requested = True
+            self.stop_requested_by = caller_name()
 
     @property
     def stop_requested(self) -> bool:
         """Whether a hook has called :meth:`request_stop` during this step."""
         return self._stop_requested
+
+
+def caller_name(depth: int = 2) -> str:
+    """The qualified name of the function ``depth`` frames up (for "stop requested by")."""
+    try:
+        return sys._getframe(depth).f_code.co_qualname
+    except ValueError:  # pragma: no cover - called from the outermost frame
+        return "<unknown>"

@@ -11,13 +11,14 @@ closed. ``AbortedError`` and ``UnavailableError`` re-create the session and retr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import logging
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from types import TracebackType
-from typing import Any, Final, final
+from typing import Any, Final, NoReturn, final
 
 import anyio
 import anyio.abc
@@ -35,18 +36,21 @@ from ._errors import (
     UnavailableError,
 )
 from ._fetch import fetch_many
+from ._options import resolve_options
 from ._plugins import (
     DISABLE_AUTOLOAD_ENV,
     PluginInfo,
     PluginManager,
     autoload_enabled,
     disabled_from_env,
+    installed_plugin_names,
     installed_plugins,
 )
 from ._profiler import StepTrace
 from ._run import RunOptions, SessionRunArgs, SessionRunContext, SessionRunValues
 from ._scaffold import Scaffold, SessionManager
 from ._state import TrainState, check_global_step
+from ._tf1_arguments import refuse_tf1_arguments
 
 __all__ = ["MonitoredSession", "RawSession", "SingularMonitoredSession", "StepContext"]
 
@@ -55,6 +59,10 @@ log = logging.getLogger("monitored")
 #: How often a step loop whose steps never wait gives the event loop a turn, so
 #: background tasks run and cancel scopes around the loop take effect.
 YIELD_INTERVAL_SECS: Final = 0.005
+
+#: Steps in a row that leave the global step unchanged before the session warns
+#: that the step function probably forgets ``state.global_step += 1``.
+STALLED_STEPS_WARNING: Final = 10
 
 #: Errors after which the session is re-created and the step retried.
 RECOVERABLE: Final = (AbortedError, UnavailableError)
@@ -86,14 +94,22 @@ class MonitoredSession:
             threads once a stop is requested (its tasks are cancelled at once).
         disable_plugins: names of installed plugins not to load (also
             ``MONITORED_DISABLE_PLUGINS``, comma-separated).
+        recovery_wait_secs: how often a worker checks whether the chief has made
+            the state ready (TF1's ``SessionManager`` argument, 30 s).
         max_recoveries: how many times the session may be re-created after an
             ``AbortedError``/``UnavailableError`` (``None``: no limit, as TF1).
         session_manager: replaces the default ``SessionManager(scaffold)``.
         training_config: set by ``MonitoredTrainingSession``; plugins contribute
             hooks for it through the ``training_hooks`` hookspec.
+        plugin_options: options of installed plugins, by plugin name
+            (``{"progress": {"every_n_steps": 10}}``); each plugin declares its own
+            (``declare_options``). ``MONITORED_PLUGIN_OPTIONS`` sets them too.
     """
 
     _recoverable = True
+    #: Whether to warn when steps leave the global step unchanged (an evaluation
+    #: session, whose step never moves, turns it off).
+    _warn_stalled_global_step = True
 
     def __init__(
         self,
@@ -109,7 +125,12 @@ class MonitoredSession:
         session_manager: SessionManager | None = None,
         training_config: TrainingConfig | None = None,
         cluster: Cluster | None = None,
+        plugin_options: Mapping[str, Mapping[str, Any]] | None = None,
+        recovery_wait_secs: float = 30,
+        session_creator: None = None,
+        config: None = None,
     ) -> None:
+        refuse_tf1_arguments(type(self).__name__, session_creator=session_creator, config=config)
         if state is not None and not isinstance(state, TrainState):
             raise TypeError(
                 f"state must be a monitored.TrainState, got {type(state).__name__}; "
@@ -120,12 +141,14 @@ class MonitoredSession:
         self._state = state if state is not None else TrainState()
         self._hooks = list(hooks or ())
         self._cluster: Cluster = cluster or LocalCluster(is_chief)
-        self._session_manager = session_manager or SessionManager(scaffold)
+        self._session_manager = session_manager or SessionManager(scaffold, recovery_wait_secs)
         self._stop_grace_period_secs = stop_grace_period_secs
         self._max_wait_secs = max_wait_secs
         self._disabled = frozenset(disable_plugins)
         self._max_recoveries = max_recoveries
         self._training_config = training_config
+        self._plugin_options = plugin_options if plugin_options is not None else {}
+        self._options: dict[str, dict[str, Any]] = {}
         self._coord = Coordinator()
         self._plan: CallPlan | None = None
         self._before_run: tuple[HookCall, ...] = ()
@@ -142,6 +165,12 @@ class MonitoredSession:
         self._trace: StepTrace | None = None
         #: Whether this session finalized the state (and so un-finalizes it on exit).
         self._finalizes_state = False
+        #: Callbacks deferred with ``call_after_hooks``, run once the current event is done.
+        self._deferred: list[Callable[[], Any]] = []
+        #: The coroutine of the last ``run`` until it starts (to catch a missing await).
+        self._unawaited: Coroutine[Any, Any, Any] | None = None
+        self._last_global_step = -1
+        self._stalled_steps = 0
         self.restored_from: Any = None
 
     # -- properties -----------------------------------------------------------------------
@@ -194,12 +223,28 @@ class MonitoredSession:
             raise
         return self
 
+    def __enter__(self) -> NoReturn:
+        raise TypeError(
+            f"{type(self).__name__} is an async context manager: write "
+            "`async with MonitoredTrainingSession(...) as sess:` inside an `async def "
+            "main()`, run with anyio.run(main), and `await sess.run(step_fn, ...)`"
+        )
+
+    def __exit__(self, *exc_info: object) -> None:  # pragma: no cover - __enter__ raises
+        return None
+
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
+        if exc is None and self._unawaited is not None:
+            try:
+                self._check_awaited()
+            except RuntimeError as unawaited:
+                await self._close(failure=unawaited)
+                raise
         end_of_input = isinstance(exc, END_OF_INPUT)
         if not self._open and exc is None:
             # As TF1: close() was called inside the block, which then left normally.
@@ -272,8 +317,21 @@ class MonitoredSession:
         ]
         for info in installed:
             manager.add(info)
+        declared = {
+            call.info.name: list(options or ())
+            for call, options in await CallPlan(manager).call_each("declare_options")
+        }
+        self._options = resolve_options(
+            declared,
+            self._plugin_options,
+            loaded=[info.name for info in manager.infos],
+            installed=installed_plugin_names(),
+        )
         config = self._training_config
         if config is not None:
+            config = self._training_config = dataclasses.replace(
+                config, plugin_options=self._options
+            )
             self._check_features(config, {info.name for info in installed})
             position = len(self._hooks)
             for call, hooks in await CallPlan(manager).call_each("training_hooks", config):
@@ -284,6 +342,7 @@ class MonitoredSession:
         self._plan = CallPlan(manager)
         self._before_run = self._plan["before_run"]
         self._after_run = self._plan["after_run"]
+        _log_plugins(self._plan.infos)
 
     def _check_features(self, config: TrainingConfig, loaded: set[str]) -> None:
         for plugin, distribution, wanted, argument in _FEATURES:
@@ -331,7 +390,9 @@ class MonitoredSession:
                 await self._session_manager.wait_for_session(self, self._max_wait_secs)
             self._state.finalize()
             await self.call_hook("after_create_session", self, self._coord)
+            await self._run_deferred()
         finally:
+            self._deferred.clear()
             self._busy = False
 
     def _may_recover(self, exc: BaseException) -> bool:
@@ -404,7 +465,21 @@ class MonitoredSession:
         A recoverable error reported to the coordinator (``AbortedError``,
         ``UnavailableError``) is not a stop: the next ``run`` re-creates the session.
         """
+        if self._unawaited is not None:
+            self._check_awaited()
         return self._should_stop or (self._coord._stopped and not self._recovery_pending())
+
+    def _check_awaited(self) -> None:
+        """Raise if the last ``run`` was never awaited (its coroutine never started)."""
+        coroutine, self._unawaited = self._unawaited, None
+        if coroutine is None or inspect.getcoroutinestate(coroutine) != "CORO_CREATED":
+            return
+        coroutine.close()  # no "never awaited" RuntimeWarning on top of this error
+        raise RuntimeError(
+            "MonitoredSession.run() was called without await, so the step never ran: "
+            "write `await sess.run(step_fn, ...)` inside an async function (the loop runs "
+            "under anyio.run(main) or asyncio.run(main))"
+        )
 
     def _check_can_run(self) -> None:
         if not self._open:
@@ -420,18 +495,33 @@ class MonitoredSession:
             self._coord.raise_requested_exception()
             raise RuntimeError("Run called even after should_stop requested.")
 
-    async def run(
+    def run(
         self, step_fn: Callable[..., Any], /, *args: Any, **kwargs: Any
-    ) -> Mapping[str, Any]:
-        """Run one training step with hooks; return the step's outputs.
+    ) -> Coroutine[Any, Any, Mapping[str, Any]]:
+        """Run one training step with hooks; return the step's outputs (``await`` it).
 
         Calls ``step_fn(state, *args, **kwargs, **feeds)`` (awaiting it if it is
         async), where ``feeds`` are what hooks asked to add. The step returns a
         mapping of names to arrays (or ``None``); those names, and the state's
         entries, are what hooks may fetch.
+
+        A plain method returning the coroutine, so that misuse fails at the call:
+        ``run`` from inside a hook (TF1 hooks called ``session.run``) raises
+        ``RuntimeError`` at once, and a ``run`` that was never awaited is reported
+        by the next ``should_stop()`` or ``run`` instead of looping forever.
         """
+        if self._unawaited is not None:
+            self._check_awaited()
         if not self._open or self._busy or self._should_stop or self._coord._stopped:
             self._check_can_run()
+        self._unawaited = coroutine = self._run(step_fn, args, kwargs)
+        return coroutine
+
+    async def _run(
+        self, step_fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Mapping[str, Any]:
+        self._unawaited = None
+        if self._coord._stopped:
             await self._recover_if_pending()
         while True:
             try:
@@ -468,6 +558,8 @@ class MonitoredSession:
             except _StopRequested:
                 if self._cluster.agree_to_stop(True):
                     self._should_stop = True
+                    who = f"step function {_name_of(step_fn)}"
+                    _log_stop(who, self._coord, self.state.global_step)
                 return None
             except Exception as exc:
                 cause = self._cause(exc)
@@ -544,6 +636,11 @@ class MonitoredSession:
             self._outputs = outputs
             if type(state.global_step) is not int:
                 state.global_step = check_global_step(state.global_step, step_fn)
+            if state.global_step == self._last_global_step:
+                self._note_stalled_step(step_fn)
+            else:
+                self._last_global_step = state.global_step
+                self._stalled_steps = 0
 
             results: dict[int, Any] = {}
             if requests:
@@ -567,12 +664,17 @@ class MonitoredSession:
                 except Exception as exc:
                     annotate(exc, call, state.global_step)
                     raise
+            if self._deferred:
+                await self._run_deferred()
             if self._cluster.agree_to_stop(
                 context._stop_requested or (self._coord._stopped and not self._recovery_pending())
             ):
                 self._should_stop = True
+                _log_stop(context.stop_requested_by, self._coord, state.global_step)
             return outputs
         finally:
+            if self._deferred:  # left by a failed step: never run them later
+                self._deferred.clear()
             self._busy = False
 
     # -- traced steps ---------------------------------------------------------------------------
@@ -624,6 +726,11 @@ class MonitoredSession:
             self._outputs = outputs
             if type(state.global_step) is not int:
                 state.global_step = check_global_step(state.global_step, step_fn)
+            if state.global_step == self._last_global_step:
+                self._note_stalled_step(step_fn)
+            else:
+                self._last_global_step = state.global_step
+                self._stalled_steps = 0
             trace.memory(state)
 
             results: dict[int, Any] = {}
@@ -653,12 +760,19 @@ class MonitoredSession:
                 trace.add(
                     call.info.name, "after_run", started, fetched=call.plugin_index in results
                 )
+            if self._deferred:
+                started = time.perf_counter()
+                await self._run_deferred()
+                trace.add("session", "call_after_hooks", started)
             if self._cluster.agree_to_stop(
                 context._stop_requested or (self._coord._stopped and not self._recovery_pending())
             ):
                 self._should_stop = True
+                _log_stop(context.stop_requested_by, self._coord, state.global_step)
             return outputs
         finally:
+            if self._deferred:  # left by a failed step: never run them later
+                self._deferred.clear()
             self._trace = None
             trace.close()
 
@@ -670,6 +784,56 @@ class MonitoredSession:
         :meth:`StepTrace.add`; ``ProfilerHook`` writes it out.
         """
         return self._trace
+
+    def _note_stalled_step(self, step_fn: Callable[..., Any]) -> None:
+        """Count a step that left the global step where it was; warn once at a threshold.
+
+        A loop whose stop depends on the global step (``StopAtStepHook``) would
+        otherwise run forever without a word. TF1's ``StepCounterHook`` warns too.
+        """
+        self._stalled_steps += 1
+        if self._stalled_steps == STALLED_STEPS_WARNING and self._warn_stalled_global_step:
+            log.warning(
+                "The global step has not been increased: it is still %d after %d steps of "
+                "step function %s. Increase it in the step (state.global_step += 1), or an "
+                "optimizer's minimize/apply_gradients with global_step=True does it; hooks "
+                "that stop at a step (StopAtStepHook) never stop otherwise.",
+                self._last_global_step,
+                STALLED_STEPS_WARNING,
+                _name_of(step_fn),
+            )
+
+    def call_after_hooks(self, callback: Callable[[], Any]) -> None:
+        """Run ``callback()`` once every hook has handled the current event.
+
+        For work that must see what all hooks did in this step (or in this
+        ``after_create_session``): a checkpoint saver defers its save here, so the
+        checkpoint of step *k* holds every plugin's state as it is after all of
+        step *k*'s ``after_run`` calls, whatever the order of hooks. Callbacks run in
+        the order they were deferred, before the step's stop decision, and may be
+        ``async``. Allowed in ``after_create_session``, ``before_run`` and ``after_run``.
+        """
+        if not self._busy:
+            raise RuntimeError(
+                "call_after_hooks is only available while hooks handle "
+                "after_create_session, before_run or after_run"
+            )
+        self._deferred.append(callback)
+
+    async def _run_deferred(self) -> None:
+        deferred = self._deferred
+        while deferred:  # a callback may defer another one
+            callback = deferred.pop(0)
+            try:
+                result = callback()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:
+                exc.add_note(
+                    f"raised in {_name_of(callback)}, deferred with call_after_hooks at step "
+                    f"{self._state.global_step}"
+                )
+                raise
 
     @staticmethod
     def _merge_feeds(
@@ -712,6 +876,22 @@ class MonitoredSession:
     async def write_summaries(self, step: int, summaries: Mapping[str, Any]) -> None:
         """Hand ``summaries`` for ``step`` to every summary sink (``write_summaries``)."""
         await self.call_hook("write_summaries", self, step, summaries)
+
+    def options_for(self, plugin: str) -> Mapping[str, Any]:
+        """The resolved options of ``plugin`` (declared with ``declare_options``).
+
+        Its defaults, overridden by ``MONITORED_PLUGIN_OPTIONS`` and then by the
+        session's ``plugin_options`` argument. Available once entered.
+        """
+        self._require_plan()
+        try:
+            return self._options[plugin]
+        except KeyError:
+            raise PluginError(
+                f"plugin {plugin!r} declares no options in this session (plugins that do: "
+                f"{sorted(self._options) or 'none'})",
+                plugin=plugin,
+            ) from None
 
     def implements(self, hook: str) -> bool:
         """Whether any registered hook or plugin implements ``hook``."""
@@ -870,6 +1050,16 @@ def _check_step_fn(step_fn: Callable[..., Any]) -> None:
 def _end_of_input(who: str) -> OutOfRangeError:
     """``StopIteration`` cannot cross a coroutine (PEP 479): it becomes this."""
     return OutOfRangeError(f"{who} raised StopIteration: the input is exhausted")
+
+
+def _log_plugins(infos: Iterable[PluginInfo]) -> None:
+    installed = [f"{i.name} ({i.distribution} {i.version})" for i in infos if i.distribution]
+    log.info("Loaded plugins: %s", ", ".join(installed) if installed else "none installed")
+
+
+def _log_stop(requested_by: str | None, coord: Coordinator, step: int) -> None:
+    who = requested_by or coord.stop_requested_by or "an earlier stop request"
+    log.info("Stopping after step %d: stop requested by %s", step, who)
 
 
 def _hook_list(returned: Any, call: HookCall) -> list[object]:

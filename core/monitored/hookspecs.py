@@ -27,6 +27,7 @@ from ._markers import hookspec
 if TYPE_CHECKING:
     from ._config import TrainingConfig
     from ._coordinator import Coordinator
+    from ._options import Option
     from ._run import SessionRunArgs, SessionRunContext, SessionRunValues
     from ._session import MonitoredSession
 
@@ -37,6 +38,7 @@ __all__ = [
     "before_run",
     "before_save",
     "begin",
+    "declare_options",
     "end",
     "load_plugin_state",
     "plugin_state",
@@ -101,6 +103,20 @@ def end(session: MonitoredSession) -> None:
 
 
 # --- extension points -----------------------------------------------------------------
+
+
+@hookspec
+def declare_options() -> Sequence[Option] | None:
+    """Declare the options this plugin accepts, with their defaults.
+
+    Return a list of :class:`~monitored.Option`. Users set them with
+    ``MonitoredSession(..., plugin_options={"<plugin>": {"<option>": value}})``
+    or ``MONITORED_PLUGIN_OPTIONS="<plugin>.<option>=value;..."``; an unknown
+    option or a value of the wrong type is an error before the session starts.
+    The plugin reads the resolved values with
+    :meth:`~monitored.MonitoredSession.options_for` (or, in ``training_hooks``,
+    ``config.plugin_options``). ``monitored plugins`` lists them.
+    """
 
 
 @hookspec

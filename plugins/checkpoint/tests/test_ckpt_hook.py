@@ -275,6 +275,46 @@ async def test_plugin_state_is_the_one_of_the_saved_step(ckpt_dir: str) -> None:
     assert manifest.plugins == {"hooks[0]:Counter": {"version": 1, "state": {"seen": 2}}}
 
 
+@pytest.mark.parametrize("counter_first", [True, False], ids=["before-saver", "after-saver"])
+async def test_plugin_state_is_taken_after_every_hooks_after_run(
+    ckpt_dir: str, counter_first: bool
+) -> None:
+    """Regression: a hook called after the saver used to be saved one step old."""
+    from monitored_checkpoint import read_manifest
+    from monitored_checkpoint._store import open_store
+
+    counter = Counter()
+    saver_hook = CheckpointSaverHook(ckpt_dir, save_steps=2)
+    hooks: list[object] = [counter, saver_hook] if counter_first else [saver_hook, counter]
+    state = new_state()
+    async with MonitoredSession(
+        state, hooks=[*hooks, StopAtStepHook(last_step=5)], scaffold=Scaffold(init_fn=init)
+    ) as sess:
+        while not sess.should_stop():
+            await sess.run(noisy_step)
+    name = next(info.name for info in sess.plugins if info.plugin is counter)
+    store = open_store(ckpt_dir)
+    for step in (0, 2, 4, 5):
+        manifest = read_manifest(store, f"model.ckpt-{step}")
+        assert manifest.plugins[name]["state"] == {"seen": step}, step
+
+
+async def test_creation_save_holds_states_set_in_after_create_session(ckpt_dir: str) -> None:
+    """The step-0 checkpoint is taken after every hook's after_create_session."""
+    from monitored_checkpoint import read_manifest
+    from monitored_checkpoint._store import open_store
+
+    class Armed(Counter):
+        def after_create_session(self, session: Any, coord: Any) -> None:
+            self.seen = 100
+
+    hooks = [CheckpointSaverHook(ckpt_dir, save_steps=50), Armed(), StopAtStepHook(last_step=1)]
+    async with MonitoredSession(new_state(), hooks=hooks, scaffold=Scaffold(init_fn=init)) as sess:
+        await sess.run(noisy_step)
+    manifest = read_manifest(open_store(ckpt_dir), "model.ckpt-0")
+    assert manifest.plugins["hooks[1]:Armed"]["state"] == {"seen": 100}
+
+
 # -- asynchronous writes ------------------------------------------------------------------------
 class GatedWrites:
     """Replaces the format writer: each write waits for the gate and is counted."""

@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, final
 
 import anyio.to_thread
@@ -208,15 +208,14 @@ class CheckpointSaverHook:
     async def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
         step = session.state.global_step
         if not self.saver.has_checkpoint(self.save_path, step):
-            await self._save(session, step, None)
+            # After every hook's after_create_session, so plugin states are current.
+            session.call_after_hooks(lambda: self._save(session, step, None))
         self._timer.update_last_triggered_step(step)
         signals = self._signals
         if signals is not None and not signals.installed and signals.install():
             coord.start_soon(self._restore_signals_on_stop, coord)
 
-    def after_run(
-        self, run_context: SessionRunContext, run_values: SessionRunValues
-    ) -> Awaitable[None] | None:
+    def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
         # Sync on purpose: on most steps nothing is due and no coroutine is made.
         writer = self._writer
         job = writer.pending if writer is not None else None
@@ -225,8 +224,11 @@ class CheckpointSaverHook:
         step = run_context.session.state.global_step
         due = self._timer.should_trigger_for_step(step)
         if deliver or (preempt and not self._stop_sent) or due:
-            return self._after_run(run_context, step, due, preempt)
-        return None
+            # The save runs once every hook's after_run of this step has run: the
+            # checkpoint of step k holds every plugin's state as of the end of step k.
+            run_context.session.call_after_hooks(
+                lambda: self._after_run(run_context, step, due, preempt)
+            )
 
     async def _after_run(
         self, run_context: SessionRunContext, step: int, due: bool, preempt: bool
