@@ -4,8 +4,8 @@ TF drives each hook through a private ``_HookedSession`` and calls ``begin``/``e
 by hand; the ports run the hook in a real ``MonitoredSession`` (so ``end`` runs on
 exit). Tensors become step outputs or state entries; ``time.time`` mocks become a
 fake clock for ``monitored._timer``; TF's fake summary writer becomes a
-``write_summaries`` sink. ``CheckpointSaverHook`` tests belong to the
-``monitored-checkpoint`` plugin and ``SummarySaverHook`` has no plugin yet (see
+``write_summaries`` sink. ``CheckpointSaverHook``'s tests are in
+``test_tf1_checkpoint_hook.py``; ``SummarySaverHook`` has no plugin yet (see
 ``tests/tf1/README.md``).
 """
 
