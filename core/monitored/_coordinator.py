@@ -21,6 +21,7 @@ from typing import Any, Final, TypeAlias, final
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import anyio.to_thread
 
 from ._errors import OutOfRangeError
@@ -195,6 +196,35 @@ class Coordinator:
         if self._idle is None or self._idle.is_set():
             self._idle = anyio.Event()
         self._task_group.start_soon(guarded, name=label)
+
+    def start_looper(
+        self,
+        timer_interval_secs: float | None,
+        target: Callable[..., Awaitable[Any]],
+        *args: Any,
+        name: object = None,
+    ) -> None:
+        """The async form of :class:`LooperThread`: a background task that awaits
+        ``target(*args)`` every ``timer_interval_secs`` seconds (``0``: back to back;
+        ``None``: once) until a stop is requested.
+
+        Like :meth:`start_soon`, it needs an open session and an exception raised by
+        ``target`` requests a stop carrying it. Blocking targets belong in a
+        :class:`LooperThread`.
+        """
+        label = name or f"looper:{getattr(target, '__name__', target)}"
+
+        async def loop() -> None:
+            if timer_interval_secs is None:
+                await target(*args)
+                return
+            next_time = time.monotonic()
+            while not await self.wait_for_stop(max(0.0, next_time - time.monotonic())):
+                next_time += timer_interval_secs
+                await target(*args)
+                await anyio.lowlevel.checkpoint()  # a zero interval must not starve the loop
+
+        self.start_soon(loop, name=label)
 
     def start_thread(
         self, func: Callable[..., Any], *args: Any, name: str | None = None

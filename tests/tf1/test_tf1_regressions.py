@@ -247,3 +247,19 @@ async def test_a_looper_thread_failure_stops_the_coordinator_with_it() -> None:
     with pytest.raises(KeyError, match="looper failed"):
         await coord.join([looper])
     assert isinstance(threading.current_thread(), threading.Thread)
+
+
+async def test_a_looper_task_runs_an_async_target_until_the_session_stops() -> None:
+    calls = []
+
+    async def poll(tag: str) -> None:
+        calls.append(tag)
+        if len(calls) == 3:
+            raise monitored.OutOfRangeError("input exhausted")  # a clean stop
+
+    async with MonitoredSession(TrainState()) as sess:
+        sess.coord.start_looper(0, poll, "x")
+        with anyio.fail_after(5):
+            await sess.coord.wait_for_stop()
+        assert sess.should_stop()
+    assert calls == ["x", "x", "x"]
