@@ -528,7 +528,11 @@ class MonitoredSession:
                 outputs = await self._run_hooked(step_fn, args, kwargs)
             except Exception as exc:
                 cause = self._cause(exc)
-                if cause is None or not await self._recover(cause):
+                if cause is None:
+                    raise
+                if not await self._recover(cause):
+                    if cause is not exc:  # as TF1: the root cause, not its symptom
+                        raise cause from exc
                     raise
                 continue
             if self._coord._stopped:
@@ -563,7 +567,11 @@ class MonitoredSession:
                 return None
             except Exception as exc:
                 cause = self._cause(exc)
-                if cause is None or not await self._recover(cause):
+                if cause is None:
+                    raise
+                if not await self._recover(cause):
+                    if cause is not exc:  # as TF1: the root cause, not its symptom
+                        raise cause from exc
                     raise
                 continue
             await self._recover_if_pending()

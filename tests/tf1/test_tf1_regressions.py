@@ -263,3 +263,20 @@ async def test_a_looper_task_runs_an_async_target_until_the_session_stops() -> N
             await sess.coord.wait_for_stop()
         assert sess.should_stop()
     assert calls == ["x", "x", "x"]
+
+
+async def test_a_singular_session_raises_the_root_cause_the_coordinator_holds() -> None:
+    class Stuck(monitored.SessionRunHook):
+        """A step fails (a cancelled read) because a thread lost its peer."""
+
+        def after_create_session(self, session: Any, coord: monitored.Coordinator) -> None:
+            self.coord = coord
+
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            self.coord.request_stop(monitored.AbortedError("peer lost"))
+            raise TimeoutError("read cancelled")
+
+    with pytest.raises(monitored.AbortedError, match="peer lost") as info:
+        async with monitored.SingularMonitoredSession(TrainState(), hooks=[Stuck()]) as sess:
+            await sess.run(do_step)
+    assert isinstance(info.value.__cause__, TimeoutError)
