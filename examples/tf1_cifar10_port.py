@@ -20,7 +20,7 @@ where it went:
   over values, not variables) and of the trainable variables (``num_updates``
   tied to the global step), evaluated with the averages swapped in;
 * ``_LoggerHook`` -> :class:`LoggerHook`, ``NanTensorHook`` -> :class:`NanLossHook`
-  (the ``monitored-nan-guard`` plugin replaces it where installed),
+  (the NaN-guard plugin replaces it where installed),
   ``StopAtStepHook`` unchanged; ``config=tf.ConfigProto(...)`` is dropped (there
   is no device placement to log);
 * ``train_dir`` -> ``checkpoint_dir`` (needs the ``monitored-checkpoint`` plugin):
@@ -239,7 +239,7 @@ class LoggerHook(monitored.SessionRunHook):
 class NanLossHook(monitored.SessionRunHook):
     """Stops training with an error when the loss is NaN (TF1's ``NanTensorHook(loss)``).
 
-    Where the ``monitored-nan-guard`` plugin is installed it does this (and more)
+    Where the NaN-guard plugin is installed it does this (and more)
     by itself; this hook keeps the example running on the core alone.
     """
 

@@ -526,3 +526,51 @@ def test_optimizers_skip_and_refuse_non_trainable_entries() -> None:
             call()
     np.testing.assert_array_equal(state["w"], [1.0, 1.0])  # nothing changed
     assert state.global_step == 0
+
+
+async def test_a_hook_sets_or_feeds_the_learning_rate_in_a_session() -> None:
+    """ResNet's TF1 learning-rate hook, ported both ways, equals the schedule."""
+    import monitored
+    from monitored.optimizers import MomentumOptimizer
+
+    def rate_at(step: int) -> float:
+        return 0.1 if step < 3 else 0.01
+
+    class Setter(monitored.SessionRunHook):
+        def __init__(self, opt: MomentumOptimizer) -> None:
+            self.opt = opt
+
+        def before_run(self, run_context: monitored.SessionRunContext) -> None:
+            self.opt.learning_rate = rate_at(run_context.session.state.global_step)
+
+    class Feeder(monitored.SessionRunHook):
+        def before_run(self, run_context: monitored.SessionRunContext) -> monitored.SessionRunArgs:
+            step = run_context.session.state.global_step
+            return monitored.SessionRunArgs(feeds={"learning_rate": rate_at(step)})
+
+    async def run(opt: MomentumOptimizer, hooks: list[object]) -> TrainState:
+        state = TrainState({"w": np.ones(2)})
+
+        def step(state: TrainState, learning_rate: float | None = None) -> None:
+            opt.apply_gradients(state, {"w": state["w"] * 2}, learning_rate=learning_rate)
+
+        async with monitored.MonitoredSession(
+            state,
+            hooks=[monitored.StopAtStepHook(last_step=6), *hooks],
+            scaffold=monitored.Scaffold(init_fn=opt.create_slots),
+        ) as sess:
+            while not sess.should_stop():
+                await sess.run(step)
+        return state
+
+    scheduled = await run(MomentumOptimizer(rate_at, 0.9), [])
+    opt = MomentumOptimizer(1.0, 0.9)
+    set_ = await run(opt, [Setter(opt)])
+    fed = await run(MomentumOptimizer(1.0, 0.9), [Feeder()])
+    assert opt.learning_rate == 0.01
+    for state in (set_, fed):
+        np.testing.assert_array_equal(state["w"], scheduled["w"])
+        np.testing.assert_array_equal(
+            state["w/Momentum/momentum"], scheduled["w/Momentum/momentum"]
+        )
+    assert not np.array_equal(scheduled["w"], (await run(MomentumOptimizer(0.1, 0.9), []))["w"])
