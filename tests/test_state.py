@@ -130,3 +130,24 @@ def test_a_misspelled_non_trainable_name_fails_when_the_session_is_created() -> 
     with pytest.raises(KeyError, match=r"'bn/maen' \(did you mean 'bn/mean'\?\)"):
         state.finalize()
     assert not state.finalized
+
+
+def test_deleting_an_entry_drops_its_marker() -> None:
+    state = TrainState({"stat": np.zeros(2)}, non_trainable=["stat"])
+    del state["stat"]
+    assert "stat" not in state.non_trainable
+    state.finalize()  # nothing declared is missing
+
+
+async def test_a_misspelled_non_trainable_name_fails_the_session_cleanly() -> None:
+    import monitored
+
+    state = TrainState(non_trainable=["input/maen"])
+
+    def init_fn(state: TrainState) -> None:
+        state["input/mean"] = np.zeros(2)
+
+    with pytest.raises(KeyError, match=r"'input/maen' \(did you mean 'input/mean'\?\)"):
+        async with monitored.MonitoredSession(state, scaffold=monitored.Scaffold(init_fn=init_fn)):
+            pass  # pragma: no cover - never entered
+    assert not state.finalized

@@ -113,6 +113,7 @@ class TrainState(MutableMapping[str, Any]):
         if self._finalized:
             raise KeyError(f"cannot delete TrainState entry {name!r} after the session was created")
         del self._arrays[name]
+        self._non_trainable.discard(name)  # a new entry of this name starts trainable
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._arrays)

@@ -392,7 +392,7 @@ def _update(state: TrainState, name: str, value: Array, decay: float, zero_debia
     biased -= (biased - value.astype(biased.dtype, copy=False)) * one_minus_decay
     local_step += 1
     factor = 1.0 - decay ** int(local_step)
-    xp.divide(biased, factor, out=var, casting="same_kind")
+    xp.divide(biased, factor, out=var)  # same dtype: a Python float does not promote
 
 
 def _as_float_array(value: Any, what: str) -> Array:
