@@ -40,7 +40,7 @@ import argparse
 import logging
 import math
 import time
-from typing import Any
+from collections.abc import Callable
 
 import anyio
 import numpy as np
@@ -81,7 +81,7 @@ def load_data(seed: int) -> Data:
 # -- the model (TF1: cifar10.inference, cifar10.loss) ---------------------------------------
 
 
-def make_init_fn(x_train: np.ndarray) -> Any:
+def make_init_fn(x_train: np.ndarray) -> Callable[[monitored.TrainState], None]:
     """``Scaffold.init_fn``: the variables, the constants, the optimizer's and averages' entries.
 
     TF1 ran the variables' initializers here; this builds the arrays. It runs on a
@@ -291,7 +291,7 @@ async def train(
         NanLossHook(),
         LoggerHook(log_frequency),
     ]
-    OPTIMIZER.learning_rate = SCHEDULE
+    OPTIMIZER.learning_rate = SCHEDULE  # undo what a rate-setting hook of an earlier run left
     if feed_learning_rate:
         hooks.append(LearningRateSetterHook(OPTIMIZER))
     async with monitored.MonitoredTrainingSession(
