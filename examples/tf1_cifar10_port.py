@@ -265,11 +265,14 @@ class LearningRateSetterHook(monitored.SessionRunHook):
     rates: the value set here is not in the checkpoint.
     """
 
-    def __init__(self, optimizer: monitored.Optimizer) -> None:
+    def __init__(
+        self, optimizer: monitored.Optimizer, schedule: monitored.LearningRateSchedule
+    ) -> None:
         self.optimizer = optimizer
+        self.schedule = schedule
 
     def before_run(self, run_context: monitored.SessionRunContext) -> None:
-        self.optimizer.learning_rate = SCHEDULE(run_context.session.state.global_step)
+        self.optimizer.learning_rate = self.schedule(run_context.session.state.global_step)
 
 
 # -- the training loop (TF1: cifar10_train.train) ----------------------------------------------
@@ -281,9 +284,14 @@ async def train(
     train_dir: str | None = None,
     *,
     feed_learning_rate: bool = False,
+    schedule: monitored.LearningRateSchedule = SCHEDULE,
     log_frequency: int = 100,
 ) -> monitored.TrainState:
-    """Train up to global step ``max_steps``, resuming from ``train_dir`` if it has checkpoints."""
+    """Train up to global step ``max_steps``, resuming from ``train_dir`` if it has checkpoints.
+
+    The optimizer follows ``schedule``: as its learning rate, or, with
+    ``feed_learning_rate``, through a hook that sets the rate before every step.
+    """
     x_train, _, y_train, _ = load_data(seed)
     state = monitored.TrainState(seed=seed, non_trainable=NON_TRAINABLE)
     hooks: list[object] = [
@@ -291,9 +299,11 @@ async def train(
         NanLossHook(),
         LoggerHook(log_frequency),
     ]
-    OPTIMIZER.learning_rate = SCHEDULE  # undo what a rate-setting hook of an earlier run left
     if feed_learning_rate:
-        hooks.append(LearningRateSetterHook(OPTIMIZER))
+        OPTIMIZER.learning_rate = 0.0  # the hook sets it before every step
+        hooks.append(LearningRateSetterHook(OPTIMIZER, schedule))
+    else:
+        OPTIMIZER.learning_rate = schedule
     async with monitored.MonitoredTrainingSession(
         state,
         checkpoint_dir=train_dir,

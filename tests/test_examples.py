@@ -11,6 +11,8 @@ from typing import Any
 import anyio
 import numpy as np
 
+import monitored
+
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
@@ -67,9 +69,9 @@ def test_tf1_cifar10_port_resumes_bit_for_bit(tmp_path: Path, monkeypatch: Any) 
 
 def test_tf1_cifar10_port_feeding_the_rate_from_a_hook_equals_the_schedule() -> None:
     port = load("tf1_cifar10_port")
-    steps = port.DECAY_STEPS + 100  # past the staircase's first drop
-    scheduled = anyio.run(port.train, steps, 0, None)
-    fed = anyio.run(lambda: port.train(steps, 0, None, feed_learning_rate=True))
-    assert port.OPTIMIZER.learning_rate == port.SCHEDULE(steps - 1)  # set, as a number, each step
+    schedule = monitored.exponential_decay(0.1, 100, 0.1, staircase=True)
+    scheduled = anyio.run(lambda: port.train(150, 0, None, schedule=schedule))
+    fed = anyio.run(lambda: port.train(150, 0, None, schedule=schedule, feed_learning_rate=True))
+    assert port.OPTIMIZER.learning_rate == schedule(149)  # set, as a number, every step
     for name in scheduled:
         np.testing.assert_array_equal(fed[name], scheduled[name], err_msg=name)
