@@ -11,6 +11,8 @@ from typing import Any
 import anyio
 import numpy as np
 
+import monitored
+
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
@@ -39,3 +41,37 @@ def test_demo_resumes_bit_for_bit_from_its_checkpoint(tmp_path: Path, monkeypatc
     assert resumed.global_step == straight.global_step == 400
     for name in straight:
         np.testing.assert_array_equal(resumed[name], straight[name], err_msg=name)
+
+
+def test_tf1_cifar10_port_learns_the_digits() -> None:
+    port = load("tf1_cifar10_port")
+    state = anyio.run(port.train, 1000, 0, None)
+    _, x_test, _, y_test = port.load_data(0)
+    assert port.evaluate(state, x_test, y_test) > 0.9  # with the averaged weights
+    # The constants and the loss averages are state, but not trained or averaged.
+    assert state.non_trainable == {"input/mean", "input/std", "cross_entropy/avg", "total_loss/avg"}
+    assert "input/mean/avg_weights" not in state
+    assert "local3/weights/avg_weights" in state
+
+
+def test_tf1_cifar10_port_resumes_bit_for_bit(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.delenv("MONITORED_DISABLE_PLUGIN_AUTOLOAD")  # the checkpoint plugin is needed
+    port = load("tf1_cifar10_port")
+    anyio.run(port.train, 300, 0, str(tmp_path / "resumed"))
+    resumed = anyio.run(port.train, 600, 0, str(tmp_path / "resumed"))
+    straight = anyio.run(port.train, 600, 0, str(tmp_path / "straight"))
+    assert resumed.global_step == straight.global_step == 600
+    assert sorted(resumed) == sorted(straight)
+    for name in straight:
+        np.testing.assert_array_equal(resumed[name], straight[name], err_msg=name)
+    assert resumed.non_trainable == straight.non_trainable  # declared in code, not checkpointed
+
+
+def test_tf1_cifar10_port_feeding_the_rate_from_a_hook_equals_the_schedule() -> None:
+    port = load("tf1_cifar10_port")
+    schedule = monitored.exponential_decay(0.1, 100, 0.1, staircase=True)
+    scheduled = anyio.run(lambda: port.train(150, 0, None, schedule=schedule))
+    fed = anyio.run(lambda: port.train(150, 0, None, schedule=schedule, feed_learning_rate=True))
+    assert port.OPTIMIZER.learning_rate == schedule(149)  # set, as a number, every step
+    for name in scheduled:
+        np.testing.assert_array_equal(fed[name], scheduled[name], err_msg=name)

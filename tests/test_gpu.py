@@ -75,3 +75,17 @@ async def test_a_session_trains_cupy_arrays_and_hooks_see_numpy() -> None:
     np.testing.assert_array_equal(seen[-1]["w"], [2, 2, 2])
     assert float(seen[-1]["loss"]) == 6.0
     assert isinstance(state["w"], cupy.ndarray)
+
+
+def test_averages_of_values_and_zero_debias_stay_on_the_device() -> None:
+    state = monitored.TrainState({"m": cupy.zeros(3, cupy.float32)})
+    monitored.ensure_zero_debias(state, "m")
+    for value in (2.0, 4.0):
+        monitored.assign_moving_average(state, "m", cupy.full(3, value, cupy.float32), 0.5)
+    assert isinstance(state["m/biased"], cupy.ndarray)
+    np.testing.assert_allclose(cupy.asnumpy(state["m"]), np.full(3, 2.5 / 0.75), rtol=1e-6)
+    ema = monitored.ExponentialMovingAverage(0.9, zero_debias=True, name="avg")
+    ema.create_averages(state, values={"loss": cupy.zeros((), cupy.float32)})
+    ema.apply(state, values={"loss": np.float32(3.0)})  # a host value is moved to the device
+    assert isinstance(state["loss/avg"], cupy.ndarray)
+    assert float(state["loss/avg"]) == pytest.approx(3.0)

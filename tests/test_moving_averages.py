@@ -184,3 +184,96 @@ def test_variables_to_restore_maps_checkpoint_names_to_entries() -> None:
     assert "w" not in mapping
     default = ema.variables_to_restore(TrainState({"w": np.ones(2), "b": np.ones(2)}))
     assert default == {"w/ExponentialMovingAverage": "w", "b/ExponentialMovingAverage": "b"}
+
+
+# -- averages of values and zero debiasing (issue 17, gap 8) ----------------------------------
+
+
+def test_average_of_a_value_starts_at_zero_and_is_non_trainable() -> None:
+    from monitored.optimizers import trainable_variables
+
+    state = _state()
+    ema = ExponentialMovingAverage(0.9, name="avg")
+    ema.create_averages(state, values={"loss": np.float32(0)})
+    assert state["loss/avg"].dtype == F32
+    assert state["loss/avg"].shape == ()
+    assert not state.is_trainable("loss/avg")
+    assert trainable_variables(state) == ["w", "b"]
+    expected = 0.0
+    for loss in (2.0, 1.5, np.float64(1.0)):
+        ema.apply(state, values={"loss": loss})  # only the value: variables untouched
+        expected -= 0.1 * (expected - float(loss))
+        assert float(state["loss/avg"]) == pytest.approx(expected, rel=1e-6)
+    assert "w/avg" not in state
+    assert float(ema.average(state, "loss")) == pytest.approx(expected, rel=1e-6)  # type: ignore[arg-type]
+
+
+def test_zero_debias_follows_the_kingma_ba_formula() -> None:
+    state = TrainState()
+    ema = ExponentialMovingAverage(0.9, zero_debias=True, name="avg")
+    ema.create_averages(state, values={"loss": np.zeros(2)})
+    assert sorted(state) == ["loss/avg", "loss/avg/biased", "loss/avg/local_step"]
+    assert state.non_trainable == set(state)
+    ema.apply(state, values={"loss": np.full(2, 3.0)})
+    np.testing.assert_allclose(state["loss/avg"], [3.0, 3.0])  # a constant is exact at once
+    biased, decay = np.full(2, 0.3), 0.9
+    for t, value in enumerate([1.0, 5.0, 2.0], start=2):
+        ema.apply(state, values={"loss": np.full(2, value)})
+        biased -= (1 - decay) * (biased - value)
+        np.testing.assert_allclose(state["loss/avg"], biased / (1 - decay**t))
+        assert int(state["loss/avg/local_step"]) == t
+
+
+def test_assign_moving_average_with_and_without_zero_debias() -> None:
+    from monitored import assign_moving_average, ensure_zero_debias
+
+    state = TrainState({"mean": np.zeros(3, F32), "var": np.ones(3, F32)})
+    ensure_zero_debias(state, "mean")
+    assert not state.is_trainable("mean/biased")
+    for value in (2.0, 4.0):
+        assign_moving_average(state, "mean", np.full(3, value, F32), 0.5)
+        assign_moving_average(state, "var", np.full(3, value, F32), 0.5, zero_debias=False)
+    # debiased: b = 0.5 * 1 + 0.5 * 4 after b = 1; t = 2: (0.5 + 2) / (1 - 0.25)
+    np.testing.assert_allclose(state["mean"], np.full(3, 2.5 / 0.75, F32), rtol=1e-6)
+    np.testing.assert_allclose(state["var"], np.full(3, 2.75, F32))  # 1 -> 1.5 -> 2.75
+    assert state["mean"].dtype == F32
+    with pytest.raises(
+        KeyError, match=r"no zero-debias entry 'var/biased'; call ensure_zero_debias"
+    ):
+        assign_moving_average(state, "var", np.ones(3, F32), 0.5)
+    with pytest.raises(ValueError, match="shapes must match"):
+        assign_moving_average(state, "var", np.ones(2, F32), 0.5, zero_debias=False)
+    with pytest.raises(ValueError, match="decay must be < 1 with zero_debias=True"):
+        assign_moving_average(state, "mean", np.ones(3, F32), 1.0)
+    state.finalize()
+    with pytest.raises(
+        RuntimeError, match="'var/biased' does not exist and the state is finalized"
+    ):
+        ensure_zero_debias(state, "var")
+
+
+def test_values_are_checked() -> None:
+    state = _state()
+    ema = ExponentialMovingAverage(0.9)
+    with pytest.raises(ValueError, match="'w' is a TrainState entry; average it through var_list"):
+        ema.apply(state, values={"w": 1.0})
+    with pytest.raises(TypeError, match="value 'n' is numpy int64"):
+        ema.apply(state, values={"n": np.arange(2)})
+    with pytest.raises(TypeError, match="value 'loss' must be a number or a NumPy or CuPy array"):
+        ema.apply(state, values={"loss": "1.0"})
+    with pytest.raises(ValueError, match="decay must be < 1 with zero_debias=True"):
+        ExponentialMovingAverage(1.0, zero_debias=True)
+    state.finalize()
+    with pytest.raises(RuntimeError, match="call ema.create_averages"):
+        ema.apply(state, values={"loss": 1.0})
+
+
+def test_a_restored_value_average_gets_its_marker_back_before_the_variables_are_listed() -> None:
+    # A resumed run creates the entries from the checkpoint: no markers, no init_fn.
+    state = TrainState({"w": np.ones(2, F32), "loss/avg": np.zeros((), F32)})
+    state["w/avg"] = np.ones(2, F32)
+    state.finalize()
+    ema = ExponentialMovingAverage(0.9, name="avg")
+    ema.apply(state, values={"loss": 1.0})
+    ema.apply(state)  # "loss/avg" is not mistaken for a variable to average
+    assert not state.is_trainable("loss/avg")

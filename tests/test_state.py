@@ -75,3 +75,79 @@ def test_rng_state_of_another_bit_generator_is_refused() -> None:
     state = TrainState(rng=np.random.Generator(np.random.MT19937(0)))
     with pytest.raises(ValueError, match="'PCG64', but this TrainState uses 'MT19937'"):
         state.rng_state = TrainState(seed=0).rng_state
+
+
+# -- the trainable marker (issue 17, gap 7) ---------------------------------------------------
+
+
+def test_entries_are_trainable_unless_marked() -> None:
+    from monitored.optimizers import trainable_variables
+
+    state = TrainState(
+        {"w": np.ones(2, np.float32), "bn/mean": np.zeros(2, np.float32)},
+        non_trainable=["bn/mean"],
+    )
+    state.add("loss_avg", np.zeros((), np.float32), trainable=False)
+    state.add("b", np.zeros(2, np.float32))
+    assert [state.is_trainable(n) for n in ("w", "bn/mean", "loss_avg", "b")] == [
+        True,
+        False,
+        False,
+        True,
+    ]
+    assert trainable_variables(state) == ["w", "b"]
+    assert state.non_trainable == {"bn/mean", "loss_avg"}
+    state.set_trainable("loss_avg", True)
+    state.set_trainable("w", False)
+    assert trainable_variables(state) == ["loss_avg", "b"]
+
+
+def test_marker_survives_replacing_and_restoring_an_entry() -> None:
+    state = TrainState(non_trainable=["stat"])  # declared before the entry exists
+    state["stat"] = np.zeros(3)  # what a checkpoint restore into an empty state does
+    assert not state.is_trainable("stat")
+    state["stat"] = np.ones(3)
+    state.finalize()
+    state["stat"] = np.full(3, 2.0)
+    assert not state.is_trainable("stat")
+
+
+def test_add_refuses_an_existing_entry_and_bad_flags() -> None:
+    state = TrainState({"w": np.ones(2)})
+    with pytest.raises(KeyError, match="already has an entry 'w'"):
+        state.add("w", np.zeros(2))
+    with pytest.raises(TypeError, match="trainable must be True or False, got 0"):
+        state.add("v", np.zeros(2), trainable=0)  # type: ignore[arg-type]
+    assert "v" not in state
+    with pytest.raises(KeyError, match="no entry 'ww'; did you mean 'w'"):
+        state.set_trainable("ww", False)
+    with pytest.raises(TypeError, match="not the string 'w'"):
+        TrainState(non_trainable="w")
+
+
+def test_a_misspelled_non_trainable_name_fails_when_the_session_is_created() -> None:
+    state = TrainState({"bn/mean": np.zeros(2)}, non_trainable=["bn/maen"])
+    with pytest.raises(KeyError, match=r"'bn/maen' \(did you mean 'bn/mean'\?\)"):
+        state.finalize()
+    assert not state.finalized
+
+
+def test_deleting_an_entry_drops_its_marker() -> None:
+    state = TrainState({"stat": np.zeros(2)}, non_trainable=["stat"])
+    del state["stat"]
+    assert "stat" not in state.non_trainable
+    state.finalize()  # nothing declared is missing
+
+
+async def test_a_misspelled_non_trainable_name_fails_the_session_cleanly() -> None:
+    import monitored
+
+    state = TrainState(non_trainable=["input/maen"])
+
+    def init_fn(state: TrainState) -> None:
+        state["input/mean"] = np.zeros(2)
+
+    with pytest.raises(KeyError, match=r"'input/maen' \(did you mean 'input/mean'\?\)"):
+        async with monitored.MonitoredSession(state, scaffold=monitored.Scaffold(init_fn=init_fn)):
+            pass  # pragma: no cover - never entered
+    assert not state.finalized

@@ -55,7 +55,7 @@ from .clipping import (
     global_norm,
 )
 from .gradient_checker import compute_gradient, compute_gradient_error
-from .moving_averages import ExponentialMovingAverage
+from .moving_averages import ExponentialMovingAverage, assign_moving_average, ensure_zero_debias
 from .optimizers import (
     AdadeltaOptimizer,
     AdagradDAOptimizer,
@@ -152,6 +152,7 @@ __all__ = [
     "UnavailableError",
     "UnsupportedArgumentError",
     "__version__",
+    "assign_moving_average",
     "clip_by_average_norm",
     "clip_by_global_norm",
     "clip_by_norm",
@@ -160,6 +161,7 @@ __all__ = [
     "compute_gradient_error",
     "cosine_decay",
     "cosine_decay_restarts",
+    "ensure_zero_debias",
     "exponential_decay",
     "global_norm",
     "hookimpl",

@@ -5,11 +5,21 @@ and the random number generator. Until the session is created hooks and init
 functions may add entries; after ``after_create_session`` the set of names, and
 each entry's shape, dtype and array module, is fixed (TF1 finalizes its graph at
 the same point), so a checkpoint written later always matches.
+
+Entries are trainable unless marked otherwise (TF1's ``trainable=False``): a
+non-trainable entry (batch-norm statistics, a loss average, a frozen
+preprocessing constant) is left out of ``trainable_variables()``, so optimizers
+and ``ExponentialMovingAverage`` skip it when no ``var_list`` is given. The
+marker belongs to the code-defined layout of the state, not to its values:
+checkpoints do not store it, replacing or restoring an entry keeps it, and
+``TrainState(..., non_trainable=[...])`` may name entries that an ``init_fn`` or a
+restore creates later.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, MutableMapping
+import difflib
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, final
 
 import numpy as np
@@ -26,9 +36,14 @@ class TrainState(MutableMapping[str, Any]):
     ``state["w"] = new_w`` replaces an entry (in-place updates work too),
     ``state.global_step`` counts completed training steps and ``state.rng`` is a
     :class:`numpy.random.Generator` whose full state is saved with checkpoints.
+
+    ``non_trainable`` names entries that are not model variables (TF1's
+    ``trainable=False``); they may be added later (in ``Scaffold.init_fn``, or by
+    a checkpoint restore), and each must exist once the session is created.
+    :meth:`add` with ``trainable=False`` and :meth:`set_trainable` mark entries too.
     """
 
-    __slots__ = ("_arrays", "_finalized", "global_step", "initialized", "rng")
+    __slots__ = ("_arrays", "_finalized", "_non_trainable", "global_step", "initialized", "rng")
 
     def __init__(
         self,
@@ -38,11 +53,20 @@ class TrainState(MutableMapping[str, Any]):
         global_step: int = 0,
         seed: int | None = None,
         rng: np.random.Generator | None = None,
+        non_trainable: Iterable[str] = (),
     ) -> None:
         if seed is not None and rng is not None:
             raise ValueError("TrainState: pass either seed or rng, not both")
         self._arrays: dict[str, Any] = {}
         self._finalized = False
+        self._non_trainable: set[str] = set()
+        if isinstance(non_trainable, str):
+            raise TypeError(
+                f"TrainState: non_trainable must be a list of entry names, not the string "
+                f"{non_trainable!r}"
+            )
+        for name in non_trainable:
+            self._non_trainable.add(_check_name(name))
         self.global_step: int = _check_step(global_step)
         self.rng: np.random.Generator = rng if rng is not None else np.random.default_rng(seed)
         #: Set by the chief's session manager once the state is initialized or
@@ -61,8 +85,7 @@ class TrainState(MutableMapping[str, Any]):
             ) from None
 
     def __setitem__(self, name: str, value: Any) -> None:
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"TrainState entry names must be non-empty strings, got {name!r}")
+        _check_name(name)
         if not is_array(value):
             raise TypeError(
                 f"TrainState entry {name!r} must be a NumPy or CuPy array, got "
@@ -90,6 +113,7 @@ class TrainState(MutableMapping[str, Any]):
         if self._finalized:
             raise KeyError(f"cannot delete TrainState entry {name!r} after the session was created")
         del self._arrays[name]
+        self._non_trainable.discard(name)  # a new entry of this name starts trainable
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._arrays)
@@ -100,6 +124,60 @@ class TrainState(MutableMapping[str, Any]):
     def __contains__(self, name: object) -> bool:
         return name in self._arrays
 
+    # -- trainable marker -------------------------------------------------------------
+    def add(self, name: str, value: Any, *, trainable: bool = True) -> None:
+        """Add the new entry ``name``; ``trainable=False`` marks it as not a model variable.
+
+        TF1's ``tf.Variable(value, name=name, trainable=trainable)``. Unlike
+        ``state[name] = value`` this refuses to replace an existing entry, so two
+        pieces of code cannot silently claim one name.
+        """
+        if name in self._arrays:
+            raise KeyError(
+                f"TrainState already has an entry {name!r} ({_describe(self._arrays[name])}); "
+                f"replace it with state[{name!r}] = value"
+            )
+        trainable = _check_flag(trainable, "trainable")
+        self[name] = value
+        self._mark(name, trainable)
+
+    def set_trainable(self, name: str, trainable: bool) -> None:
+        """Mark the existing entry ``name`` as trainable or not.
+
+        Checkpoints do not store the marker, so set it in code that runs on a
+        resumed run too: the constructor's ``non_trainable`` (the simplest),
+        ``Scaffold.local_init_fn`` (runs after the init or the restore), or the
+        step itself. A marker set only in ``Scaffold.init_fn`` (or by :meth:`add`
+        there) is missing when a run resumes from a checkpoint, since ``init_fn``
+        does not run then.
+        """
+        trainable = _check_flag(trainable, "trainable")
+        if name not in self._arrays:
+            raise self._missing(name, "set_trainable")
+        self._mark(name, trainable)
+
+    def is_trainable(self, name: str) -> bool:
+        """Whether entry ``name`` is trainable (not marked ``trainable=False``)."""
+        if name not in self._arrays:
+            raise self._missing(name, "is_trainable")
+        return name not in self._non_trainable
+
+    @property
+    def non_trainable(self) -> frozenset[str]:
+        """The names marked ``trainable=False`` (including declared, not yet added ones)."""
+        return frozenset(self._non_trainable)
+
+    def _mark(self, name: str, trainable: bool) -> None:
+        if trainable:
+            self._non_trainable.discard(name)
+        else:
+            self._non_trainable.add(name)
+
+    def _missing(self, name: str, what: str) -> KeyError:
+        close = difflib.get_close_matches(name, list(self._arrays), n=3)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        return KeyError(f"TrainState.{what}: the state has no entry {name!r}{hint}")
+
     # -- lifecycle ------------------------------------------------------------------
     @property
     def finalized(self) -> bool:
@@ -107,7 +185,23 @@ class TrainState(MutableMapping[str, Any]):
         return self._finalized
 
     def finalize(self) -> None:
-        """Fix the set of entries and their shapes, dtypes and array modules."""
+        """Fix the set of entries and their shapes, dtypes and array modules.
+
+        Every name declared non-trainable must exist by now: a name that does
+        not is most likely misspelled, and would otherwise leave the entry it
+        meant trainable without a word.
+        """
+        missing = sorted(self._non_trainable - set(self._arrays))
+        if missing:
+            hints = []
+            for name in missing:
+                close = difflib.get_close_matches(name, list(self._arrays), n=1)
+                hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise KeyError(
+                f"TrainState: entries {', '.join(hints)} were declared non-trainable but do "
+                "not exist when the session is created; add them (in Scaffold.init_fn) or "
+                "fix the names in non_trainable=[...]"
+            )
         self._finalized = True
 
     def unfinalize(self) -> None:
@@ -143,6 +237,18 @@ class TrainState(MutableMapping[str, Any]):
 def _describe(array: Any) -> str:
     where = "cupy" if is_device_array(array) else "numpy"
     return f"{where} {array.dtype} {tuple(array.shape)}"
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"TrainState entry names must be non-empty strings, got {name!r}")
+    return name
+
+
+def _check_flag(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{what} must be True or False, got {value!r}")
+    return value
 
 
 def _check_step(step: Any) -> int:

@@ -450,3 +450,127 @@ def test_a_read_only_variable_is_named_before_anything_changes() -> None:
         opt.apply_gradients(state, {"a": np.ones(3, np.float32), "b": np.ones(3, np.float32)})
     np.testing.assert_array_equal(state["a"], np.ones(3, np.float32))
     assert state.global_step == 0
+
+
+# -- learning-rate feeding (issue 17, gap 6) and non-trainable entries (gap 7) ----------------
+
+
+def test_learning_rate_is_settable_between_steps() -> None:
+    from monitored.optimizers import GradientDescentOptimizer
+
+    state = TrainState({"w": np.zeros(2)})
+    opt = GradientDescentOptimizer(0.1)
+    grads = {"w": np.ones(2)}
+    opt.apply_gradients(state, grads)
+    opt.learning_rate = 0.5  # what a TF1 learning-rate hook fed each step
+    assert opt.learning_rate == 0.5
+    opt.apply_gradients(state, grads)
+    np.testing.assert_allclose(state["w"], [-0.6, -0.6])
+    opt.learning_rate = lambda step: 0.01 * step  # a schedule works too
+    opt.apply_gradients(state, grads)  # global step 2
+    np.testing.assert_allclose(state["w"], [-0.62, -0.62])
+    with pytest.raises(ValueError, match="learning_rate must be >= 0.0, got -1.0"):
+        opt.learning_rate = -1.0
+    with pytest.raises(TypeError, match="learning_rate must be a real number"):
+        opt.learning_rate = "0.1"  # type: ignore[assignment]
+    assert "learning_rate=" in repr(opt)
+
+
+def test_a_fed_learning_rate_overrides_the_rate_for_one_call() -> None:
+    from monitored.optimizers import AdamOptimizer, GradientDescentOptimizer
+
+    state = TrainState({"w": np.zeros(2)})
+    opt = GradientDescentOptimizer(0.1)
+    opt.apply_gradients(state, {"w": np.ones(2)}, learning_rate=1.0)
+    np.testing.assert_allclose(state["w"], [-1.0, -1.0])
+    opt.minimize(state, lambda s: (0.0, {"w": np.ones(2)}))  # back to the optimizer's rate
+    np.testing.assert_allclose(state["w"], [-1.1, -1.1])
+    opt.minimize(state, lambda s: (0.0, {"w": np.ones(2)}), learning_rate=0.0)
+    np.testing.assert_allclose(state["w"], [-1.1, -1.1])
+    assert state.global_step == 3
+    with pytest.raises(ValueError, match=r"apply_gradients: learning_rate must be finite"):
+        opt.apply_gradients(state, {"w": np.ones(2)}, learning_rate=float("nan"))
+    assert state.global_step == 3
+    # A fed rate goes through each optimizer's own per-step scalars (Adam's bias correction).
+    fed, set_ = TrainState({"w": np.ones(2)}), TrainState({"w": np.ones(2)})
+    adam_fed, adam_set = AdamOptimizer(0.1), AdamOptimizer(0.3)
+    adam_fed.apply_gradients(fed, {"w": np.ones(2)}, learning_rate=0.3)
+    adam_set.apply_gradients(set_, {"w": np.ones(2)})
+    np.testing.assert_array_equal(fed["w"], set_["w"])
+
+
+def test_optimizers_skip_and_refuse_non_trainable_entries() -> None:
+    from monitored.optimizers import MomentumOptimizer
+
+    state = TrainState(
+        {"w": np.ones(2), "bn/mean": np.zeros(2), "loss_avg": np.zeros(())},
+        non_trainable=["bn/mean", "loss_avg"],
+    )
+    opt = MomentumOptimizer(0.1, 0.9)
+    opt.create_slots(state)  # var_list=None: only the trainable "w"
+    assert "w/Momentum/momentum" in state
+    assert "bn/mean/Momentum/momentum" not in state
+    assert "loss_avg/Momentum/momentum" not in state
+    ema = ExponentialMovingAverage(0.9)
+    ema.apply(state)
+    assert "w/ExponentialMovingAverage" in state
+    assert "bn/mean/ExponentialMovingAverage" not in state
+    ema.apply(state, ["bn/mean"])  # an explicit var_list may average anything, as in TF1
+    assert "bn/mean/ExponentialMovingAverage" in state
+    for call in (
+        lambda: opt.apply_gradients(state, {"w": np.ones(2), "bn/mean": np.ones(2)}),
+        lambda: opt.compute_gradients(state, lambda s: (0.0, {}), ["bn/mean"]),
+        lambda: opt.create_slots(state, ["loss_avg"]),
+    ):
+        with pytest.raises(ValueError, match=r"'(bn/mean|loss_avg)' is marked trainable=False"):
+            call()
+    np.testing.assert_array_equal(state["w"], [1.0, 1.0])  # nothing changed
+    assert state.global_step == 0
+
+
+async def test_a_hook_sets_or_feeds_the_learning_rate_in_a_session() -> None:
+    """ResNet's TF1 learning-rate hook, ported both ways, equals the schedule."""
+    import monitored
+    from monitored.optimizers import MomentumOptimizer
+
+    def rate_at(step: int) -> float:
+        return 0.1 if step < 3 else 0.01
+
+    class Setter(monitored.SessionRunHook):
+        def __init__(self, opt: MomentumOptimizer) -> None:
+            self.opt = opt
+
+        def before_run(self, run_context: monitored.SessionRunContext) -> None:
+            self.opt.learning_rate = rate_at(run_context.session.state.global_step)
+
+    class Feeder(monitored.SessionRunHook):
+        def before_run(self, run_context: monitored.SessionRunContext) -> monitored.SessionRunArgs:
+            step = run_context.session.state.global_step
+            return monitored.SessionRunArgs(feeds={"learning_rate": rate_at(step)})
+
+    async def run(opt: MomentumOptimizer, hooks: list[object]) -> TrainState:
+        state = TrainState({"w": np.ones(2)})
+
+        def step(state: TrainState, learning_rate: float | None = None) -> None:
+            opt.apply_gradients(state, {"w": state["w"] * 2}, learning_rate=learning_rate)
+
+        async with monitored.MonitoredSession(
+            state,
+            hooks=[monitored.StopAtStepHook(last_step=6), *hooks],
+            scaffold=monitored.Scaffold(init_fn=opt.create_slots),
+        ) as sess:
+            while not sess.should_stop():
+                await sess.run(step)
+        return state
+
+    scheduled = await run(MomentumOptimizer(rate_at, 0.9), [])
+    opt = MomentumOptimizer(1.0, 0.9)
+    set_ = await run(opt, [Setter(opt)])
+    fed = await run(MomentumOptimizer(1.0, 0.9), [Feeder()])
+    assert opt.learning_rate == 0.01
+    for state in (set_, fed):
+        np.testing.assert_array_equal(state["w"], scheduled["w"])
+        np.testing.assert_array_equal(
+            state["w/Momentum/momentum"], scheduled["w/Momentum/momentum"]
+        )
+    assert not np.array_equal(scheduled["w"], (await run(MomentumOptimizer(0.1, 0.9), []))["w"])

@@ -25,10 +25,11 @@ import numpy as np
 from .._backend import is_array, is_device_array
 from .._state import TrainState
 from ._elementwise import UpdateRule, run_dense, run_rows
-from ._hyper import StepValue, check_name
+from ._hyper import StepValue, check_name, check_real
 from ._indexed_slices import IndexedSlices, check_rows, sum_duplicates
 from ._types import Array, LearningRate
 from ._variables import (
+    check_trainable,
     check_var_list,
     describe,
     ensure_entry,
@@ -87,8 +88,21 @@ class Optimizer(abc.ABC):
 
     @property
     def learning_rate(self) -> LearningRate:
-        """The learning rate as given: a number or a function of the global step."""
+        """The learning rate: a number or a function of the global step.
+
+        Settable between steps, which is how a TF1 script that fed its rate
+        through a placeholder every step ports: a hook's ``before_run`` (or the
+        step function) assigns ``opt.learning_rate = rate`` and the next
+        :meth:`apply_gradients` uses it. The value is checked on assignment (a
+        negative, NaN or non-numeric rate is refused there). A rate set this way
+        is not saved in checkpoints, so compute it from ``state.global_step``
+        (or keep it in the state) for a resumed run to use the same rates.
+        """
         return self._learning_rate.value
+
+    @learning_rate.setter
+    def learning_rate(self, value: LearningRate) -> None:
+        self._learning_rate = StepValue(value, f"{type(self).__name__}.learning_rate")
 
     def get_slot_names(self) -> list[str]:
         """The names of the slots this optimizer keeps per variable, sorted (as TF1)."""
@@ -123,6 +137,8 @@ class Optimizer(abc.ABC):
         """
         what = f"{type(self).__name__}.create_slots"
         names = trainable_variables(state) if var_list is None else check_var_list(var_list, what)
+        for name in names:
+            check_trainable(state, name, what)
         variables = [(name, lookup_variable(state, name, what)) for name in names]
         self._ensure_slots(state, variables)
 
@@ -166,6 +182,7 @@ class Optimizer(abc.ABC):
         names = list(grads) if var_list is None else check_var_list(var_list, what)
         for name in names:
             lookup_variable(state, name, what)
+            check_trainable(state, name, what)
         return loss, [(grads.get(name), name) for name in names]
 
     def apply_gradients(
@@ -173,14 +190,20 @@ class Optimizer(abc.ABC):
         state: TrainState,
         grads_and_vars: GradsAndVars,
         global_step: bool = True,
+        *,
+        learning_rate: float | None = None,
     ) -> None:
         """Update the variables (and slots) in ``state`` in place, then count the step.
 
         ``grads_and_vars`` maps names to gradients, or is TF1's list of
         ``(gradient, name)`` pairs. ``None`` gradients are skipped, as in TF1;
         every other gradient is checked (known variable, shape, dtype, array
-        module, row range) before anything is updated. ``state.global_step`` is
-        incremented unless ``global_step=False``.
+        module, trainable, row range) before anything is updated.
+        ``state.global_step`` is incremented unless ``global_step=False``.
+
+        ``learning_rate`` (a number) overrides the optimizer's rate for this
+        call only: TF1's ``feed_dict={lr: rate}``, for a step function that
+        receives the rate as an argument (``await sess.run(step, batch, lr)``).
         """
         what = f"{type(self).__name__}.apply_gradients"
         if not isinstance(global_step, bool):
@@ -188,6 +211,11 @@ class Optimizer(abc.ABC):
                 f"{what}: global_step must be True (increment state.global_step) or False, "
                 f"got {global_step!r}"
             )
+        fed = (
+            None
+            if learning_rate is None
+            else check_real(learning_rate, f"{what}: learning_rate", low=0.0)
+        )
         pairs = _pairs(grads_and_vars, what)
         gradients = [
             _check_gradient(state, name, grad, what) for name, grad in pairs if grad is not None
@@ -196,9 +224,9 @@ class Optimizer(abc.ABC):
             raise ValueError(
                 f"{what}: no gradients provided for any variable: {[name for name, _ in pairs]}"
             )
-        learning_rate = self._learning_rate.at(state.global_step)
+        rate = self._learning_rate.at(state.global_step) if fed is None else fed
         self._ensure_slots(state, [(g.name, g.var) for g in gradients])
-        hyper = self._prepare(learning_rate, state)
+        hyper = self._prepare(rate, state)
         slot_names = [slot for slot, _ in self._slot_initializers()]
         for grad in gradients:
             slots = tuple(state[f"{grad.name}/{self._name}/{slot}"] for slot in slot_names)
@@ -216,10 +244,17 @@ class Optimizer(abc.ABC):
         fn: LossAndGradsFn,
         var_list: Iterable[str] | None = None,
         global_step: bool = True,
+        *,
+        learning_rate: float | None = None,
     ) -> Any:
-        """:meth:`compute_gradients` then :meth:`apply_gradients`; returns the loss."""
+        """:meth:`compute_gradients` then :meth:`apply_gradients`; returns the loss.
+
+        ``learning_rate`` overrides the optimizer's rate for this call (a fed rate).
+        """
         loss, grads_and_vars = self.compute_gradients(state, fn, var_list)
-        self.apply_gradients(state, grads_and_vars, global_step=global_step)
+        self.apply_gradients(
+            state, grads_and_vars, global_step=global_step, learning_rate=learning_rate
+        )
         return loss
 
     def __repr__(self) -> str:
@@ -320,6 +355,7 @@ def _pairs(grads_and_vars: GradsAndVars, what: str) -> list[tuple[str, Any]]:
 
 def _check_gradient(state: TrainState, name: str, grad: Any, what: str) -> _Gradient:
     var = lookup_variable(state, name, what)
+    check_trainable(state, name, what)
     if isinstance(grad, IndexedSlices):
         return _check_sparse(name, var, grad, what)
     if not is_array(grad):

@@ -4,7 +4,8 @@ Optimizer slots and moving averages live in the ``TrainState`` next to the
 variables they belong to, named ``<variable>/<owner>/<slot>`` and
 ``<variable>/<owner>`` ("w/Adam/m", "w/ExponentialMovingAverage"), so checkpoints
 hold them. :func:`trainable_variables` (what ``var_list=None`` means) is every
-floating-point entry that is not such an auxiliary entry.
+floating-point entry that is neither such an auxiliary entry nor marked
+``trainable=False`` on the state.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ._types import Array
 
 __all__ = [
     "NON_SLOT_SUFFIXES",
+    "check_trainable",
     "check_var_list",
     "describe",
     "ensure_entry",
@@ -34,17 +36,19 @@ NON_SLOT_SUFFIXES: Final = frozenset({"beta1_power", "beta2_power"})
 def trainable_variables(state: TrainState) -> list[str]:
     """Names of the state's model variables, in the state's order.
 
-    These are the floating-point entries except auxiliary ones: an entry whose
-    name extends another entry's name (``"w/Adam/m"`` next to ``"w"``: a slot or a
-    moving average) and optimizers' 0-d non-slot entries (``"Adam/beta1_power"``).
-    Pass an explicit ``var_list`` when other floating-point entries must be left
-    alone (statistics kept by your own code, say).
+    These are the floating-point entries except entries marked
+    ``trainable=False`` (TF1's non-trainable variables: ``TrainState(...,
+    non_trainable=[...])``, ``state.add(name, value, trainable=False)``) and
+    auxiliary ones: an entry whose name extends another entry's name
+    (``"w/Adam/m"`` next to ``"w"``: a slot or a moving average) and optimizers'
+    0-d non-slot entries (``"Adam/beta1_power"``).
     """
     present = set(state)
+    skip = state.non_trainable
     names = []
     for name in state:
         value = state[name]
-        if value.dtype.kind != "f":
+        if value.dtype.kind != "f" or name in skip:
             continue
         parts = name.split("/")
         if any("/".join(parts[:i]) in present for i in range(1, len(parts))):
@@ -68,6 +72,16 @@ def check_var_list(var_list: Iterable[str], what: str) -> list[str]:
             raise ValueError(f"{what}: variable {name!r} is listed twice")
         seen.add(name)
     return names
+
+
+def check_trainable(state: TrainState, name: str, what: str) -> None:
+    """Refuse to train entry ``name`` when it is marked ``trainable=False``."""
+    if name in state.non_trainable:
+        raise ValueError(
+            f"{what}: TrainState entry {name!r} is marked trainable=False, so optimizers do "
+            "not update it; leave it out of the gradients and var_list, or mark it with "
+            f"state.set_trainable({name!r}, True) before the session is created"
+        )
 
 
 def lookup_variable(state: TrainState, name: str, what: str) -> Array:
