@@ -22,6 +22,7 @@ from ._errors import (
     CorruptCheckpointWarning,
     ForeignCheckpointError,
     NoValidCheckpointError,
+    UnsafeCheckpointError,
     UnsupportedArrayError,
 )
 from ._format import FORMAT_VERSION, Manifest, read_manifest
@@ -62,6 +63,7 @@ __all__ = [
     "Manifest",
     "NoValidCheckpointError",
     "Saver",
+    "UnsafeCheckpointError",
     "UnsupportedArrayError",
     "__version__",
     "checkpoint_state",
