@@ -794,12 +794,13 @@ def _writer_of(document: dict[str, Any]) -> str:
     return "a newer monitored-checkpoint"
 
 
-def looks_like_our_data_file(store: Store, name: str) -> bool:
+def looks_like_our_data_file(store: Store, name: str, *, strict: bool = False) -> bool:
     """Whether the file ``name`` starts as every data file of ours does, or is torn before.
 
     Decided from its first bytes (our header starts with our ``__metadata__``),
-    so a header of any size is recognized. A file too short to tell (a write
-    torn on a store without rename) counts as ours when it is named as ours are.
+    so a header of any size is recognized. Unless ``strict`` (before deleting
+    it), a file too short to tell (a write torn on a store without rename)
+    counts as ours when it is named as ours are.
     """
     try:
         with store.open_file(name) as (file, _):
@@ -807,7 +808,7 @@ def looks_like_our_data_file(store: Store, name: str) -> bool:
     except (OSError, CheckpointError):
         return False
     body = head[8:]
-    if len(body) == len(_OUR_HEADER_START):
+    if len(body) == len(_OUR_HEADER_START) or strict:
         return body == _OUR_HEADER_START
     named_as_ours = name.endswith(DATA_SUFFIX) and step_of(name[: -len(DATA_SUFFIX)]) is not None
     return named_as_ours and _OUR_HEADER_START.startswith(body)

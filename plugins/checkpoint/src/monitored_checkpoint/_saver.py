@@ -718,10 +718,14 @@ def _delete_checkpoint(store: Store, name: str) -> None:
         return
     manifest, data = name + MANIFEST_SUFFIX, name + DATA_SUFFIX
     names = set(store.list())
-    for file, ours in ((manifest, _is_our_manifest), (data, looks_like_our_data_file)):
+    for file in (manifest, data):
         if file not in names:
             continue
-        if ours(store, file):
+        if (
+            _is_our_manifest(store, file)
+            if file == manifest
+            else looks_like_our_data_file(store, file, strict=True)
+        ):
             store.remove(file)
         else:
             log.warning("not deleting %s: it is not a checkpoint file of ours", store.path(file))
