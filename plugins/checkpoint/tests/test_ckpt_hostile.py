@@ -36,6 +36,7 @@ from hypothesis import strategies as st
 
 from monitored import MonitoredSession, MonitoredTrainingSession, Scaffold, TrainState
 from monitored_checkpoint import (
+    CheckpointDigestError,
     CheckpointError,
     CheckpointSaverHook,
     CheckpointWriteError,
@@ -44,6 +45,7 @@ from monitored_checkpoint import (
     NoValidCheckpointError,
     Saver,
     UnsafeCheckpointError,
+    checkpoint_digest,
     latest_checkpoint,
     restore,
     restore_latest,
@@ -857,3 +859,25 @@ def test_fuzzed_safetensors_headers(fuzz_root: Callable[[], Scene], data: st.Dat
     }
     scene.put(3, doc)
     _fuzz_restore(scene, outside)
+
+
+# -- provenance: a consistent checkpoint someone else crafted ------------------------------------------
+def test_a_published_digest_tells_the_checkpoint_meant_from_a_consistent_impostor(
+    scene: Scene,
+) -> None:
+    published = checkpoint_digest(scene.run / "model.ckpt-3")
+    assert len(published) == 64
+    state = TrainState()
+    restore(state, scene.run / "model.ckpt-3", sha256=published)
+    _assert_restored(scene, state, 3)
+    # Someone replaces step 3 by another, fully consistent checkpoint of ours:
+    # every check passes, only the digest its author published tells.
+    impostor = _state(5)
+    impostor.global_step = 3
+    (scene.run / "model.ckpt-3.json").unlink()
+    Saver().save(impostor, f"{scene.run}/model.ckpt")
+    restore(TrainState(), scene.run / "model.ckpt-3")
+    victim, before = _filled(), _filled()
+    with pytest.raises(CheckpointDigestError, match=r"model\.ckpt-3 has the SHA-256 digest"):
+        restore(victim, scene.run / "model.ckpt-3", sha256=published)
+    _assert_unchanged(victim, before)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from ._errors import (
+    CheckpointDigestError,
     CheckpointDirectoryError,
     CheckpointError,
     CheckpointMismatchError,
@@ -31,6 +32,7 @@ from ._saver import (
     CheckpointsIterator,
     CheckpointState,
     Saver,
+    checkpoint_digest,
     checkpoint_state,
     checkpoints_iterator,
     latest_checkpoint,
@@ -46,6 +48,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 
 __all__ = [
     "FORMAT_VERSION",
+    "CheckpointDigestError",
     "CheckpointDirectoryError",
     "CheckpointError",
     "CheckpointMismatchError",
@@ -66,6 +69,7 @@ __all__ = [
     "UnsafeCheckpointError",
     "UnsupportedArrayError",
     "__version__",
+    "checkpoint_digest",
     "checkpoint_state",
     "checkpoints_iterator",
     "latest_checkpoint",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from monitored import MonitoredError
 
 __all__ = [
+    "CheckpointDigestError",
     "CheckpointDirectoryError",
     "CheckpointError",
     "CheckpointMismatchError",
@@ -56,6 +57,13 @@ class UnsafeCheckpointError(CorruptCheckpointError):
     directory, a FIFO or device where a file should be, or a file larger than the
     limit for its kind. Like any damage, the checkpoint is skipped with a warning
     and an older one is restored; nothing outside the directory is read or written.
+    """
+
+
+class CheckpointDigestError(CorruptCheckpointError):
+    """A checkpoint is not the one its writer published: its SHA-256 digest differs.
+
+    Raised by ``restore(state, path, sha256=...)``; the state is left unchanged.
     """
 
 

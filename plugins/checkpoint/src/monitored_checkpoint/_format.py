@@ -78,6 +78,7 @@ __all__ = [
     "manifest_digest",
     "read_arrays",
     "read_manifest",
+    "read_manifest_bytes",
     "step_of",
     "take_snapshot",
     "write_checkpoint",
@@ -616,6 +617,18 @@ def read_manifest(store: Store, name: str) -> Manifest:
     return parse_manifest(load_json(raw, where, "the manifest"), store, name)
 
 
+def read_manifest_bytes(store: Store, name: str) -> bytes:
+    """The manifest file of checkpoint ``name`` as bytes (bounded, regular file only)."""
+    check_name(name, store.url)
+    try:
+        return store.read_bytes(name + MANIFEST_SUFFIX, MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
+        raise CheckpointNotFoundError(
+            f"checkpoint {store.path(name)} does not exist: no manifest {name}{MANIFEST_SUFFIX} "
+            f"in {store.url}"
+        ) from None
+
+
 def parse_manifest(document: Any, store: Store, name: str) -> Manifest:
     """Check a decoded manifest and turn it into a :class:`Manifest`.
 
@@ -818,8 +831,13 @@ def read_arrays(
     store: Store,
     manifest: Manifest,
     into: Mapping[str, np.ndarray[Any, Any]] | None = None,
+    *,
+    digest: Any = None,
 ) -> dict[str, np.ndarray[Any, Any]]:
     """Read every array of ``manifest``, checking sizes, header and CRC-32.
+
+    ``digest``, a ``hashlib`` object, is fed every byte of the data file as it
+    is read (for :func:`~monitored_checkpoint.checkpoint_digest` checks).
 
     Nothing is allocated before the data file's size and header agree with the
     manifest, so a manifest cannot make the reader allocate more than the file
@@ -835,7 +853,7 @@ def read_arrays(
         n: (dtype_from_name(a.dtype, manifest.path), a.shape) for n, a in manifest.arrays.items()
     }
     [(file_name, info)] = manifest.files.items()
-    return _read_file(store, manifest, file_name, info, specs, into)
+    return _read_file(store, manifest, file_name, info, specs, into, digest)
 
 
 _Spec = tuple[np.dtype[Any], tuple[int, ...]]
@@ -861,6 +879,7 @@ def _read_file(
     info: FileInfo,
     specs: dict[str, _Spec],
     into: Mapping[str, np.ndarray[Any, Any]],
+    digest: Any,
 ) -> dict[str, np.ndarray[Any, Any]]:
     where = store.path(file_name)
     with contextlib.ExitStack() as stack:
@@ -881,7 +900,7 @@ def _read_file(
         order = _check_header(header_bytes, specs, manifest, where, size - 8 - length)
         # Only now, with every size checked against the file, is memory allocated.
         targets = {n: _target(specs[n], into.get(n)) for n in order}
-        hasher = _Crc32Follower(prefix + header_bytes)
+        hasher = _Crc32Follower(prefix + header_bytes, digest)
         try:
             for name in order:
                 view = _byte_view(targets[name])
@@ -986,18 +1005,24 @@ def _readinto_exactly(file: BinaryIO, view: memoryview, where: str) -> None:
 class _Crc32Follower:
     """Checksums chunks in a thread while the reader fills the next ones."""
 
-    __slots__ = ("_queue", "_thread", "_value")
+    __slots__ = ("_also", "_queue", "_thread", "_value")
 
-    def __init__(self, first: bytes) -> None:
+    def __init__(self, first: bytes, also: Any = None) -> None:
         self._value = crc32(first)
+        #: A hashlib object fed the same bytes (a provenance digest), or None.
+        self._also = also
+        if also is not None:
+            also.update(first)
         self._queue: queue.SimpleQueue[memoryview | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        value = self._value
+        value, also = self._value, self._also
         while (chunk := self._queue.get()) is not None:
             value = crc32(chunk, value)
+            if also is not None:
+                also.update(chunk)
         self._value = value
 
     def add(self, chunk: memoryview) -> None:

@@ -15,6 +15,7 @@ checkpoints, is an error rather than a silent fresh start.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -33,6 +34,7 @@ import numpy as np
 from monitored import is_device_array
 
 from ._errors import (
+    CheckpointDigestError,
     CheckpointMismatchError,
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -51,8 +53,10 @@ from ._format import (
     check_step_name,
     load_json,
     looks_like_our_data_file,
+    parse_manifest,
     read_arrays,
     read_manifest,
+    read_manifest_bytes,
     step_of,
     take_snapshot,
     write_checkpoint,
@@ -68,6 +72,7 @@ __all__ = [
     "CheckpointState",
     "CheckpointsIterator",
     "Saver",
+    "checkpoint_digest",
     "checkpoint_state",
     "checkpoints_iterator",
     "latest_checkpoint",
@@ -341,7 +346,29 @@ def _check_match(state: TrainState, manifest: Manifest) -> None:
         )
 
 
-def _apply(state: TrainState, manifest: Manifest, store: Store) -> None:
+@final
+class _Digest:
+    """A provenance check of one restore: the SHA-256 of the bytes read, against the expected."""
+
+    __slots__ = ("expected", "hasher", "path")
+
+    def __init__(self, path: str, manifest_bytes: bytes, expected: str) -> None:
+        self.path = path
+        self.hasher = hashlib.sha256(manifest_bytes)
+        self.expected = expected.lower()
+
+    def check(self) -> None:
+        found = self.hasher.hexdigest()
+        if found != self.expected:
+            raise CheckpointDigestError(
+                f"checkpoint {self.path} has the SHA-256 digest {found}, not the "
+                f"{self.expected} it was to have: it is not the checkpoint that was published"
+            )
+
+
+def _apply(
+    state: TrainState, manifest: Manifest, store: Store, digest: _Digest | None = None
+) -> None:
     """Read the arrays of ``manifest`` into ``state`` and set its step and RNG.
 
     All or nothing: the arrays are read into new buffers and every check (sizes,
@@ -350,7 +377,9 @@ def _apply(state: TrainState, manifest: Manifest, store: Store) -> None:
     checkpoint that fails leaves the state exactly as it was.
     """
     _check_match(state, manifest)
-    arrays = read_arrays(store, manifest)
+    arrays = read_arrays(store, manifest, digest=digest.hasher if digest is not None else None)
+    if digest is not None:
+        digest.check()
     rng_state = manifest.rng_state  # checked when the manifest was parsed
     for name, host in arrays.items():
         existing = state.get(name)
@@ -388,17 +417,50 @@ def _upload(device: Any, host: np.ndarray[Any, Any]) -> None:
         device[...] = cupy.asarray(host)
 
 
-def restore(state: TrainState, path: str | os.PathLike[str]) -> Manifest:
+def restore(
+    state: TrainState, path: str | os.PathLike[str], *, sha256: str | None = None
+) -> Manifest:
     """Restore ``state`` (arrays, global step, RNG) from the checkpoint at ``path``.
 
     ``path`` is a checkpoint path as :func:`latest_checkpoint` returns it. The
-    plugin states are in the returned manifest's ``plugins``.
+    plugin states are in the returned manifest's ``plugins``. With ``sha256``
+    (what :func:`checkpoint_digest` gave its writer), the checkpoint must be
+    exactly that one, checked on the bytes actually read, or
+    :class:`CheckpointDigestError` is raised and the state is left unchanged.
     """
     store, name = split_save_path(path)
-    manifest = read_manifest(store, name)
+    if sha256 is None:
+        manifest = read_manifest(store, name)
+        check_step_name(manifest)
+        _apply(state, manifest, store)
+        return manifest
+    raw = read_manifest_bytes(store, name)
+    where = store.path(name + MANIFEST_SUFFIX)
+    manifest = parse_manifest(load_json(raw, where, "the manifest"), store, name)
     check_step_name(manifest)
-    _apply(state, manifest, store)
+    _apply(state, manifest, store, _Digest(store.path(name), raw, sha256))
     return manifest
+
+
+def checkpoint_digest(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 digest of the checkpoint at ``path``, for its writer to publish.
+
+    The hex digest of the manifest's bytes followed by the data file's bytes. A
+    reader who got the digest from a source they trust passes it to
+    :func:`restore` (``sha256=``), which checks it on the bytes it restores:
+    the way to know a checkpoint you did not write is the one its author meant.
+    """
+    store, name = split_save_path(path)
+    hasher = hashlib.sha256(read_manifest_bytes(store, name))
+    try:
+        with store.open_file(name + DATA_SUFFIX) as (file, _):
+            while chunk := file.read(8 << 20):
+                hasher.update(chunk)
+    except FileNotFoundError:
+        raise CorruptCheckpointError(
+            f"{store.path(name + DATA_SUFFIX)}: the data file is missing"
+        ) from None
+    return hasher.hexdigest()
 
 
 def restore_latest(
