@@ -50,6 +50,7 @@ from monitored_checkpoint import (
     restore,
     restore_latest,
 )
+from monitored_checkpoint import _saver as saver_module
 from monitored_checkpoint._format import DIGEST_FIELD, MAX_MANIFEST_BYTES, manifest_digest
 from monitored_checkpoint._saver import MAX_STATE_FILE_BYTES
 
@@ -451,6 +452,7 @@ CASES: dict[str, Case] = {
     "rng-state-wrong-type": Case(_edit(3, _set(("rng", "state"), "x")), expect=2),
     "rng-state-missing": Case(_edit(3, _set(("rng",), {"bit_generator": "PCG64"})), expect=2),
     "rng-unknown-generator": Case(_edit(3, _set(("rng", "bit_generator"), "os.system")), 2),
+    "created-beyond-float": Case(_edit(3, _set(("created",), 10**400)), expect=2),
     "crc-not-hex": Case(
         _edit(3, _set(("files", "model.ckpt-3.safetensors", "crc32"), "zzzzzzzz")), 2
     ),
@@ -881,3 +883,17 @@ def test_a_published_digest_tells_the_checkpoint_meant_from_a_consistent_imposto
     with pytest.raises(CheckpointDigestError, match=r"model\.ckpt-3 has the SHA-256 digest"):
         restore(victim, scene.run / "model.ckpt-3", sha256=published)
     _assert_unchanged(victim, before)
+
+
+def test_a_file_changed_between_verifying_and_reading_says_the_state_is_unusable(
+    scene: Scene, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Arrays the state has are filled in place after a verifying pass; a file
+    # that changes in between (simulated: the verifying pass sees the good one)
+    # can only fail with an error that says what became of the state.
+    data = bytearray(scene.data(3).read_bytes())
+    data[-1] ^= 0xFF
+    scene.data(3).write_bytes(bytes(data))
+    monkeypatch.setattr(saver_module, "verify_arrays", lambda *args, **kwargs: None)
+    with pytest.raises(CorruptCheckpointError, match="partly overwritten: the state is no longer"):
+        restore(_filled(), scene.run / "model.ckpt-3")

@@ -81,6 +81,7 @@ __all__ = [
     "read_manifest_bytes",
     "step_of",
     "take_snapshot",
+    "verify_arrays",
     "write_checkpoint",
 ]
 
@@ -662,12 +663,13 @@ def parse_manifest(document: Any, store: Store, name: str) -> Manifest:
         created = document.get("created", 0.0)
         if not isinstance(created, int | float) or isinstance(created, bool):
             raise _Invalid(f"created is {_show(created)}")
+        created = float(created)
         versions = document.get("versions", {})
         if not isinstance(versions, dict):
             raise _Invalid("versions must be an object")
-    except (_Invalid, KeyError, TypeError, AttributeError) as exc:
+    except (_Invalid, KeyError, TypeError, AttributeError, IndexError, OverflowError) as exc:
         raise CorruptCheckpointError(
-            f"{where}: the manifest is incomplete or damaged ({exc})"
+            f"{where}: the manifest is incomplete or damaged ({_show(str(exc))[1:-1]})"
         ) from None
     if found >= 2 and document.get(DIGEST_FIELD) != manifest_digest(document):
         raise CorruptCheckpointError(
@@ -678,7 +680,7 @@ def parse_manifest(document: Any, store: Store, name: str) -> Manifest:
         name=name,
         path=store.path(name),
         step=step,
-        created=float(created),
+        created=created,
         format_version=found,
         rng=rng,
         plugins=plugins,
@@ -853,7 +855,21 @@ def read_arrays(
         n: (dtype_from_name(a.dtype, manifest.path), a.shape) for n, a in manifest.arrays.items()
     }
     [(file_name, info)] = manifest.files.items()
-    return _read_file(store, manifest, file_name, info, specs, into, digest)
+    return _read_file(store, manifest, file_name, info, specs, into, digest, keep=True)
+
+
+def verify_arrays(store: Store, manifest: Manifest, *, digest: Any = None) -> None:
+    """Check the data file of ``manifest`` as :func:`read_arrays` does, keeping nothing.
+
+    Sizes, header and CRC-32, read through two reused buffers of at most 16 MiB:
+    what lets a restore into arrays a state already has check everything before
+    it overwrites a single byte of them, without a second copy of the state.
+    """
+    specs = {
+        n: (dtype_from_name(a.dtype, manifest.path), a.shape) for n, a in manifest.arrays.items()
+    }
+    [(file_name, info)] = manifest.files.items()
+    _read_file(store, manifest, file_name, info, specs, {}, digest, keep=False)
 
 
 _Spec = tuple[np.dtype[Any], tuple[int, ...]]
@@ -880,6 +896,8 @@ def _read_file(
     specs: dict[str, _Spec],
     into: Mapping[str, np.ndarray[Any, Any]],
     digest: Any,
+    *,
+    keep: bool,
 ) -> dict[str, np.ndarray[Any, Any]]:
     where = store.path(file_name)
     with contextlib.ExitStack() as stack:
@@ -899,13 +917,22 @@ def _read_file(
         header_bytes = _read_exactly(file, length, where)
         order = _check_header(header_bytes, specs, manifest, where, size - 8 - length)
         # Only now, with every size checked against the file, is memory allocated.
-        targets = {n: _target(specs[n], into.get(n)) for n in order}
-        hasher = _Crc32Follower(prefix + header_bytes, digest)
+        targets = {n: _target(specs[n], into.get(n)) for n in order} if keep else {}
+        if keep:
+            hasher = _Crc32Follower(prefix + header_bytes, digest)
+        else:
+            scratch = _Scratch(size - 8 - length)
+            hasher = _Crc32Follower(prefix + header_bytes, digest, scratch.gate)
         try:
-            for name in order:
-                view = _byte_view(targets[name])
-                for start in range(0, view.nbytes, _CHUNK):
-                    chunk = view[start : start + _CHUNK]
+            if keep:
+                for name in order:
+                    view = _byte_view(targets[name])
+                    for start in range(0, view.nbytes, _CHUNK):
+                        chunk = view[start : start + _CHUNK]
+                        _readinto_exactly(file, chunk, where)
+                        hasher.add(chunk)
+            else:
+                for chunk in scratch.chunks():
                     _readinto_exactly(file, chunk, where)
                     hasher.add(chunk)
             trailing = file.read(1)
@@ -1002,13 +1029,46 @@ def _readinto_exactly(file: BinaryIO, view: memoryview, where: str) -> None:
 
 
 @final
+class _Scratch:
+    """Two buffers that a verifying read fills in turn, for ``nbytes`` bytes in all.
+
+    ``gate`` counts the buffers free to fill: the reader takes one before it
+    fills a buffer, the checksum thread gives it back once that buffer is
+    checksummed, so a buffer is never refilled while it is being read.
+    """
+
+    __slots__ = ("_buffers", "gate", "nbytes")
+
+    _SIZE: Final = 16 << 20
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+        size = min(self._SIZE, nbytes)
+        self._buffers = [np.empty(size, np.uint8) for _ in range(2 if size else 0)]
+        self.gate = threading.Semaphore(len(self._buffers))
+
+    def chunks(self) -> Iterable[memoryview]:
+        left, turn = self.nbytes, 0
+        while left:
+            n = min(left, self._SIZE)
+            self.gate.acquire()
+            yield self._buffers[turn % 2].data[:n]
+            left -= n
+            turn += 1
+
+
+@final
 class _Crc32Follower:
     """Checksums chunks in a thread while the reader fills the next ones."""
 
-    __slots__ = ("_also", "_queue", "_thread", "_value")
+    __slots__ = ("_also", "_gate", "_queue", "_thread", "_value")
 
-    def __init__(self, first: bytes, also: Any = None) -> None:
+    def __init__(
+        self, first: bytes, also: Any = None, gate: threading.Semaphore | None = None
+    ) -> None:
         self._value = crc32(first)
+        #: Released after each chunk (see :class:`_Scratch`), or None.
+        self._gate = gate
         #: A hashlib object fed the same bytes (a provenance digest), or None.
         self._also = also
         if also is not None:
@@ -1018,11 +1078,13 @@ class _Crc32Follower:
         self._thread.start()
 
     def _run(self) -> None:
-        value, also = self._value, self._also
+        value, also, gate = self._value, self._also, self._gate
         while (chunk := self._queue.get()) is not None:
             value = crc32(chunk, value)
             if also is not None:
                 also.update(chunk)
+            if gate is not None:
+                gate.release()
         self._value = value
 
     def add(self, chunk: memoryview) -> None:

@@ -59,6 +59,7 @@ from ._format import (
     read_manifest_bytes,
     step_of,
     take_snapshot,
+    verify_arrays,
     write_checkpoint,
 )
 from ._store import TEMP_MARKER, Store, is_plain_name, open_store, write_all
@@ -371,14 +372,37 @@ def _apply(
 ) -> None:
     """Read the arrays of ``manifest`` into ``state`` and set its step and RNG.
 
-    All or nothing: the arrays are read into new buffers and every check (sizes,
-    header, CRC-32, RNG state) passes before the state is touched; only then are
-    they copied into the state's arrays (references to them stay valid), so a
-    checkpoint that fails leaves the state exactly as it was.
+    All or nothing: every check (sizes, header, CRC-32, RNG state, digest)
+    passes before the state is touched. Arrays the state does not have yet are
+    read into new memory; arrays it has (NumPy, contiguous) are filled in place,
+    without a second copy of the state in memory, after a first pass has
+    verified the whole file through small buffers. Only if the file changes
+    between the two passes can a failure leave them partly overwritten, and
+    the error then says so.
     """
     _check_match(state, manifest)
-    arrays = read_arrays(store, manifest, digest=digest.hasher if digest is not None else None)
-    if digest is not None:
+    hasher = digest.hasher if digest is not None else None
+    in_place = {
+        n: a
+        for n, a in state.items()
+        if isinstance(a, np.ndarray) and a.flags.c_contiguous and a.flags.writeable
+    }
+    if in_place:
+        verify_arrays(store, manifest, digest=hasher)
+        hasher = None
+        if digest is not None:
+            digest.check()
+    try:
+        arrays = read_arrays(store, manifest, into=in_place, digest=hasher)
+    except CorruptCheckpointError as exc:
+        if not in_place:
+            raise
+        raise CorruptCheckpointError(
+            f"{exc}; the file changed while it was being restored, after it had been "
+            f"verified, and the state's arrays {sorted(in_place)[:5]} were partly overwritten: "
+            "the state is no longer usable"
+        ) from None
+    if digest is not None and hasher is not None:
         digest.check()
     rng_state = manifest.rng_state  # checked when the manifest was parsed
     for name, host in arrays.items():
@@ -387,7 +411,7 @@ def _apply(
             state[name] = _to_module(host, manifest.arrays[name].module, name, manifest)
         elif is_device_array(existing):
             _upload(existing, host)
-        else:
+        elif host is not existing:
             np.copyto(existing, host, casting="equiv")
     state.global_step = manifest.step
     state.rng_state = rng_state
