@@ -22,7 +22,14 @@ from monitored_checkpoint import (
     Saver,
     restore,
 )
-from monitored_checkpoint._format import read_arrays, read_manifest, take_snapshot, write_checkpoint
+from monitored_checkpoint._format import (
+    DIGEST_FIELD,
+    manifest_digest,
+    read_arrays,
+    read_manifest,
+    take_snapshot,
+    write_checkpoint,
+)
 from monitored_checkpoint._store import open_store
 from monitored_checkpoint._writer import BackgroundWriter
 
@@ -175,6 +182,7 @@ def test_cupy_arrays_restore_as_numpy_without_cupy(
     manifest = Path(ckpt_dir, "model.ckpt-0.json")
     doc = json.loads(manifest.read_text())
     doc["arrays"]["w"]["module"] = "cupy"
+    doc[DIGEST_FIELD] = manifest_digest(doc)  # an edit the manifest's checksum would refuse
     manifest.write_text(json.dumps(doc))
     restored = TrainState()
     with caplog.at_level(logging.INFO, logger="monitored.checkpoint"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from ._errors import (
+    CheckpointDigestError,
     CheckpointDirectoryError,
     CheckpointError,
     CheckpointMismatchError,
@@ -22,6 +23,7 @@ from ._errors import (
     CorruptCheckpointWarning,
     ForeignCheckpointError,
     NoValidCheckpointError,
+    UnsafeCheckpointError,
     UnsupportedArrayError,
 )
 from ._format import FORMAT_VERSION, Manifest, read_manifest
@@ -30,6 +32,7 @@ from ._saver import (
     CheckpointsIterator,
     CheckpointState,
     Saver,
+    checkpoint_digest,
     checkpoint_state,
     checkpoints_iterator,
     latest_checkpoint,
@@ -45,6 +48,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 
 __all__ = [
     "FORMAT_VERSION",
+    "CheckpointDigestError",
     "CheckpointDirectoryError",
     "CheckpointError",
     "CheckpointMismatchError",
@@ -62,8 +66,10 @@ __all__ = [
     "Manifest",
     "NoValidCheckpointError",
     "Saver",
+    "UnsafeCheckpointError",
     "UnsupportedArrayError",
     "__version__",
+    "checkpoint_digest",
     "checkpoint_state",
     "checkpoints_iterator",
     "latest_checkpoint",

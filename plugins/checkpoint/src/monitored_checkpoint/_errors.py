@@ -9,6 +9,7 @@ from __future__ import annotations
 from monitored import MonitoredError
 
 __all__ = [
+    "CheckpointDigestError",
     "CheckpointDirectoryError",
     "CheckpointError",
     "CheckpointMismatchError",
@@ -19,6 +20,7 @@ __all__ = [
     "CorruptCheckpointWarning",
     "ForeignCheckpointError",
     "NoValidCheckpointError",
+    "UnsafeCheckpointError",
     "UnsupportedArrayError",
 ]
 
@@ -45,6 +47,24 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
 
 class CorruptCheckpointError(CheckpointError):
     """One checkpoint is unreadable: bad JSON, a missing or truncated file, a checksum mismatch."""
+
+
+class UnsafeCheckpointError(CorruptCheckpointError):
+    """A checkpoint directory holds something a checkpoint of ours never is.
+
+    A name that is not a plain file name of the directory (absolute, with ``..``
+    or a separator, a NUL byte, too long), a symbolic link that leads out of the
+    directory, a FIFO or device where a file should be, or a file larger than the
+    limit for its kind. Like any damage, the checkpoint is skipped with a warning
+    and an older one is restored; nothing outside the directory is read or written.
+    """
+
+
+class CheckpointDigestError(CorruptCheckpointError):
+    """A checkpoint is not the one its writer published: its SHA-256 digest differs.
+
+    Raised by ``restore(state, path, sha256=...)``; the state is left unchanged.
+    """
 
 
 class NoValidCheckpointError(CorruptCheckpointError):

@@ -22,17 +22,20 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import importlib
 import json
+import math
 import platform
 import queue
+import re
 import struct
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any, BinaryIO, Final, Protocol, cast, final
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, Protocol, TypeGuard, cast, final
 
 import numpy as np
 
@@ -45,7 +48,7 @@ from ._errors import (
     CorruptCheckpointError,
     UnsupportedArrayError,
 )
-from ._store import Store, write_all
+from ._store import Store, check_name, write_all
 
 if TYPE_CHECKING:
     from monitored import TrainState
@@ -57,26 +60,45 @@ except ImportError:  # pragma: no cover - isal is a dependency where it has whee
 
 __all__ = [
     "DATA_SUFFIX",
+    "DIGEST_FIELD",
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "MANIFEST_SUFFIX",
+    "MAX_JSON_DEPTH",
+    "MAX_MANIFEST_BYTES",
     "ArrayInfo",
     "FileInfo",
     "Manifest",
     "Snapshot",
     "SnapshotBuffers",
+    "check_session_plugin_states",
+    "check_step_name",
+    "load_json",
+    "looks_like_our_data_file",
+    "manifest_digest",
     "read_arrays",
     "read_manifest",
+    "read_manifest_bytes",
+    "step_of",
     "take_snapshot",
+    "verify_arrays",
     "write_checkpoint",
 ]
 
 #: The value of ``"format"`` in every manifest and safetensors ``__metadata__``.
 FORMAT_NAME: Final = "monitored-checkpoint"
-#: The format version this package writes; it reads every version up to it.
-FORMAT_VERSION: Final = 1
+#: The format version this package writes; it reads every version up to it. Version 2
+#: added the manifest's own checksum (:data:`DIGEST_FIELD`); version 1 manifests have none.
+FORMAT_VERSION: Final = 2
 DATA_SUFFIX: Final = ".safetensors"
 MANIFEST_SUFFIX: Final = ".json"
+#: The manifest field holding its own checksum (see :func:`manifest_digest`).
+DIGEST_FIELD: Final = "manifest_sha256"
+#: The largest manifest read, in bytes (real ones are kilobytes; 16 MiB parses in well
+#: under a second and a few hundred MB of memory at worst).
+MAX_MANIFEST_BYTES: Final = 16 << 20
+#: The deepest nesting of JSON objects and arrays read from a manifest or header.
+MAX_JSON_DEPTH: Final = 64
 
 #: Bytes per read or write call: large enough for full disk speed, small enough
 #: for the checksum thread to follow the reader closely.
@@ -105,6 +127,25 @@ _TAGS: Final = {
 }
 #: dtypes that NumPy lacks and ``ml_dtypes`` provides.
 _ML_DTYPES: Final = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+#: Bytes per item of each dtype of :data:`_TAGS`, known without importing ``ml_dtypes``.
+_ITEMSIZE: Final = {
+    name: 1 if name.startswith("float8") else 2 if name == "bfloat16" else np.dtype(name).itemsize
+    for name in _TAGS
+}
+#: NumPy's bit generators: the only RNG states a checkpoint may hold.
+_BIT_GENERATORS: Final = frozenset({"PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64"})
+#: dtypes of the arrays inside their states, and the most items one may have.
+_RNG_DTYPES: Final = frozenset({"uint32", "uint64"})
+_RNG_MAX_ITEMS: Final = 1 << 16
+_MAX_STEP: Final = (1 << 63) - 1
+#: Larger than any file or dimension can be (2**62 bytes), small enough for int64.
+_MAX_FILE: Final = 1 << 62
+#: NumPy's own limit on dimensions.
+_MAX_NDIM: Final = 64
+_CRC: Final = re.compile(r"[0-9a-f]{8}")
+_STEP_NAME: Final = re.compile(r"^(?P<base>.+)-(?P<step>[0-9]+)$", re.ASCII)
+#: How every data file of ours begins, after the 8-byte header length.
+_OUR_HEADER_START: Final = b'{"__metadata__":{"format":"' + FORMAT_NAME.encode() + b'"'
 
 
 # -- dtypes ---------------------------------------------------------------------------------
@@ -289,10 +330,22 @@ def encode_rng(value: Any) -> Any:
 
 
 def decode_rng(value: Any) -> Any:
-    """Undo :func:`encode_rng`."""
+    """Undo :func:`encode_rng`.
+
+    Arrays are rebuilt only with an allow-listed dtype (``uint32``, ``uint64``)
+    from a flat list of at most 65536 integers: the manifest never chooses how
+    much memory is allocated. ``ValueError`` says what is wrong.
+    """
     if isinstance(value, dict):
         if "__ndarray__" in value:
-            return np.asarray(value["data"], dtype=np.dtype(value["__ndarray__"]))
+            dtype, data = value["__ndarray__"], value.get("data")
+            if dtype not in _RNG_DTYPES:
+                raise ValueError(f"an RNG array has the dtype {_show(dtype)}")
+            if not isinstance(data, list) or len(data) > _RNG_MAX_ITEMS:
+                raise ValueError("an RNG array's data is not a list of at most 65536 items")
+            if not all(_is_int(v) for v in data):
+                raise ValueError("an RNG array's data holds non-integers")
+            return np.asarray(data, dtype=np.dtype(dtype))
         return {k: decode_rng(v) for k, v in value.items()}
     if isinstance(value, list):
         return [decode_rng(v) for v in value]
@@ -466,45 +519,131 @@ def write_checkpoint(store: Store, name: str, snapshot: Snapshot) -> Manifest:
         "files": {data_name: {"size": size, "crc32": f"{checksum:08x}"}},
         "versions": _library_versions(snapshot),
     }
+    manifest[DIGEST_FIELD] = manifest_digest(manifest)
     text = json.dumps(manifest, indent=1).encode() + b"\n"
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise CheckpointError(
+            f"the manifest of {store.path(name)} would have {len(text)} bytes, more than the "
+            f"{MAX_MANIFEST_BYTES} a reader accepts: the RNG or plugin states are too large"
+        )
     store.write(name + MANIFEST_SUFFIX, lambda f: write_all(f, text))
     return parse_manifest(manifest, store, name)
 
 
 # -- reading --------------------------------------------------------------------------------------
+class _Invalid(ValueError):
+    """What is wrong with a manifest field; turned into a :class:`CorruptCheckpointError`."""
+
+
+def _show(value: Any) -> str:
+    """``repr(value)``, shortened: values from a hostile file can be huge."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether JSON ``value`` nests objects and arrays more than ``limit`` deep (no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def load_json(raw: bytes, where: str, what: str) -> Any:
+    """Decode JSON read from a checkpoint directory, or :class:`CorruptCheckpointError`.
+
+    Every way a hostile document can fail (bad UTF-8 or syntax, nesting deeper
+    than the interpreter's recursion limit or :data:`MAX_JSON_DEPTH`, an integer
+    of thousands of digits) becomes the plugin's error, naming ``where``.
+    """
+    try:
+        document = json.loads(raw)
+    except RecursionError:
+        document = _TOO_DEEP
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CorruptCheckpointError(
+            f"{where}: {what} is not valid JSON ({_show(str(exc))}); the file is truncated or "
+            "damaged"
+        ) from None
+    if document is _TOO_DEEP or _too_deep(document, MAX_JSON_DEPTH):
+        raise CorruptCheckpointError(
+            f"{where}: {what} nests deeper than {MAX_JSON_DEPTH} levels; refused"
+        )
+    return document
+
+
+_TOO_DEEP: Final = object()
+
+
+def manifest_digest(body: Mapping[str, Any]) -> str:
+    """The manifest's own checksum: SHA-256 of its fields (all but the checksum) as
+    canonical JSON (sorted keys, no spaces). It detects any edit or damage to a
+    manifest; it proves nothing about who wrote it (anyone can recompute it)."""
+    text = json.dumps(
+        {k: v for k, v in body.items() if k != DIGEST_FIELD},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def read_manifest(store: Store, name: str) -> Manifest:
     """Read and check the manifest of checkpoint ``name``.
 
     Raises :class:`CheckpointNotFoundError` when it does not exist,
-    :class:`CorruptCheckpointError` when it is not a readable manifest and
+    :class:`CorruptCheckpointError` when it is not a readable manifest (over
+    :data:`MAX_MANIFEST_BYTES`, not JSON, a field missing, of the wrong type or
+    out of range, its checksum or its step wrong) and
     :class:`CheckpointVersionError` when a newer format wrote it.
     """
+    check_name(name, store.url)
     manifest_name = name + MANIFEST_SUFFIX
+    where = store.path(manifest_name)
     try:
-        raw = store.read_bytes(manifest_name)
+        raw = store.read_bytes(manifest_name, MAX_MANIFEST_BYTES)
     except FileNotFoundError:
         raise CheckpointNotFoundError(
             f"checkpoint {store.path(name)} does not exist: no manifest {manifest_name} "
             f"in {store.url}"
         ) from None
+    return parse_manifest(load_json(raw, where, "the manifest"), store, name)
+
+
+def read_manifest_bytes(store: Store, name: str) -> bytes:
+    """The manifest file of checkpoint ``name`` as bytes (bounded, regular file only)."""
+    check_name(name, store.url)
     try:
-        document = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptCheckpointError(
-            f"{store.path(manifest_name)}: the manifest is not valid JSON ({exc}); the file "
-            "is truncated or damaged"
+        return store.read_bytes(name + MANIFEST_SUFFIX, MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
+        raise CheckpointNotFoundError(
+            f"checkpoint {store.path(name)} does not exist: no manifest {name}{MANIFEST_SUFFIX} "
+            f"in {store.url}"
         ) from None
-    return parse_manifest(document, store, name)
 
 
 def parse_manifest(document: Any, store: Store, name: str) -> Manifest:
-    """Check a decoded manifest and turn it into a :class:`Manifest`."""
+    """Check a decoded manifest and turn it into a :class:`Manifest`.
+
+    Every field is checked for type and range before anything uses it, the step
+    against the checkpoint's name and the sizes of the arrays against the data
+    file's recorded size, and (from format version 2) the manifest's checksum
+    against its content, so nothing a manifest says is trusted unchecked.
+    """
     where = store.path(name + MANIFEST_SUFFIX)
     if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
         raise CorruptCheckpointError(f"{where} is not a {FORMAT_NAME} manifest")
     found = document.get("format_version")
-    if not isinstance(found, int) or isinstance(found, bool):
-        raise CorruptCheckpointError(f"{where}: format_version is {found!r}, not an integer")
+    if not _is_int(found):
+        raise CorruptCheckpointError(f"{where}: format_version is {_show(found)}, not an integer")
     if found > FORMAT_VERSION:
         raise CheckpointVersionError(
             f"{where} was written in checkpoint format version {found} (by "
@@ -512,31 +651,31 @@ def parse_manifest(document: Any, store: Store, name: str) -> Manifest:
             f"{FORMAT_VERSION}: upgrade monitored-checkpoint"
         )
     try:
-        step = document["step"]
-        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-            raise TypeError(f"step is {step!r}")
-        arrays = {
-            str(n): ArrayInfo(
-                str(a["dtype"]), tuple(int(d) for d in a["shape"]), str(a["module"]), str(a["file"])
-            )
-            for n, a in document["arrays"].items()
-        }
-        files = {
-            str(f): FileInfo(int(info["size"]), int(str(info["crc32"]), 16))
-            for f, info in document["files"].items()
-        }
-        rng, plugins = document["rng"], document["plugins"]
-        if not isinstance(rng, dict) or not isinstance(plugins, dict):
-            raise TypeError("rng and plugins must be objects")
-        for info in arrays.values():
-            if info.file not in files:
-                raise KeyError(f"array file {info.file!r} is not among the files")
-        created = float(document.get("created", 0.0))
-        versions = {str(k): str(v) for k, v in dict(document.get("versions", {})).items()}
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        if found < 1:
+            raise _Invalid(f"format_version is {found}")
+        step = _parse_step(document.get("step"), name)
+        files = _parse_files(document.get("files"), name)
+        arrays = _parse_arrays(document.get("arrays"), name, files)
+        rng = _parse_rng(document.get("rng"))
+        plugins = document.get("plugins")
+        if not isinstance(plugins, dict) or not all(isinstance(v, dict) for v in plugins.values()):
+            raise _Invalid("plugins must be an object of objects")
+        created = document.get("created", 0.0)
+        if not isinstance(created, int | float) or isinstance(created, bool):
+            raise _Invalid(f"created is {_show(created)}")
+        created = float(created)
+        versions = document.get("versions", {})
+        if not isinstance(versions, dict):
+            raise _Invalid("versions must be an object")
+    except (_Invalid, KeyError, TypeError, AttributeError, IndexError, OverflowError) as exc:
         raise CorruptCheckpointError(
-            f"{where}: the manifest is incomplete or damaged ({exc})"
+            f"{where}: the manifest is incomplete or damaged ({_show(str(exc))[1:-1]})"
         ) from None
+    if found >= 2 and document.get(DIGEST_FIELD) != manifest_digest(document):
+        raise CorruptCheckpointError(
+            f"{where}: the manifest's checksum ({DIGEST_FIELD}) does not match its content; "
+            "it was edited or damaged"
+        )
     return Manifest(
         name=name,
         path=store.path(name),
@@ -547,82 +686,253 @@ def parse_manifest(document: Any, store: Store, name: str) -> Manifest:
         plugins=plugins,
         arrays=arrays,
         files=files,
-        versions=versions,
+        versions={str(k): str(v) for k, v in versions.items()},
     )
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def step_of(name: str) -> int | None:
+    """The global step in a checkpoint name (``model.ckpt-5`` -> 5)."""
+    match = _STEP_NAME.match(name)
+    return int(match["step"]) if match and len(match["step"]) <= 20 else None
+
+
+def _parse_step(step: Any, name: str) -> int:
+    if not _is_int(step) or not 0 <= step <= _MAX_STEP:
+        raise _Invalid(f"step is {_show(step)}")
+    return int(step)
+
+
+def check_step_name(manifest: Manifest) -> None:
+    """Refuse a manifest whose step is not the one its name ends with (``model.ckpt-5``).
+
+    Checkpoints found in a directory are named ``<basename>-<step>``; one whose
+    manifest says another step was edited or copied under another name.
+    (:func:`read_manifest` itself accepts any name, for checkpoints written
+    under names of the caller's choosing.)
+    """
+    named = step_of(manifest.name)
+    if named is not None and named != manifest.step:
+        raise CorruptCheckpointError(
+            f"{manifest.path}{MANIFEST_SUFFIX}: the manifest says step {manifest.step}, but the "
+            f"checkpoint is named for step {named}; it was edited or renamed"
+        )
+
+
+def _parse_files(files: Any, name: str) -> dict[str, FileInfo]:
+    """The one data file, ``<name>.safetensors``: a manifest can name no other file."""
+    data_name = name + DATA_SUFFIX
+    if not isinstance(files, dict) or list(files) != [data_name]:
+        shown = _show(sorted(files)[:3]) if isinstance(files, dict) else _show(files)
+        raise _Invalid(f"files must name exactly {data_name!r}, not {shown}")
+    info = files[data_name]
+    size, crc = info["size"], info["crc32"]
+    if not _is_int(size) or not 8 <= size <= _MAX_FILE:
+        raise _Invalid(f"the size of {data_name} is {_show(size)}")
+    if not isinstance(crc, str) or not _CRC.fullmatch(crc):
+        raise _Invalid(f"the crc32 of {data_name} is {_show(crc)}")
+    return {data_name: FileInfo(size, int(crc, 16))}
+
+
+def _parse_arrays(arrays: Any, name: str, files: dict[str, FileInfo]) -> dict[str, ArrayInfo]:
+    """Each array's dtype (allow-listed), shape and module, and their total against the file."""
+    if not isinstance(arrays, dict):
+        raise _Invalid("arrays must be an object")
+    [(data_name, info)] = files.items()
+    parsed: dict[str, ArrayInfo] = {}
+    total = 0
+    for entry, a in arrays.items():
+        if not entry or entry == "__metadata__" or not isinstance(a, dict):
+            raise _Invalid(f"array entry {_show(entry)} is damaged")
+        dtype, shape, module, file = a["dtype"], a["shape"], a["module"], a["file"]
+        if dtype not in _ITEMSIZE:
+            raise _Invalid(f"array {_show(entry)} has the unknown dtype {_show(dtype)}")
+        if (
+            not isinstance(shape, list)
+            or len(shape) > _MAX_NDIM
+            or not all(_is_int(d) and 0 <= d <= _MAX_FILE for d in shape)
+        ):
+            raise _Invalid(f"array {_show(entry)} has the shape {_show(shape)}")
+        if module not in ("numpy", "cupy"):
+            raise _Invalid(f"array {_show(entry)} has the array module {_show(module)}")
+        if file != data_name:
+            raise _Invalid(f"array {_show(entry)} is in {_show(file)}, not in {data_name!r}")
+        total += math.prod(shape) * _ITEMSIZE[dtype]
+        if total > info.size - 8:
+            raise _Invalid(
+                f"the arrays need more than the {info.size} bytes of {data_name} "
+                f"(from {_show(entry)} on)"
+            )
+        parsed[entry] = ArrayInfo(dtype, tuple(shape), module, file)
+    return parsed
+
+
+def _parse_rng(rng: Any) -> dict[str, Any]:
+    """The RNG state, checked by loading it into a fresh bit generator of its kind."""
+    if not isinstance(rng, dict):
+        raise _Invalid("rng must be an object")
+    kind = rng.get("bit_generator")
+    if kind not in _BIT_GENERATORS:
+        raise _Invalid(f"the RNG's bit generator {_show(kind)} is not one of NumPy's")
+    try:
+        trial = getattr(np.random, kind)()
+        trial.state = decode_rng(rng)
+    except (TypeError, ValueError, KeyError, OverflowError, AttributeError, IndexError) as exc:
+        raise _Invalid(f"the RNG state is not a valid {kind} state ({_show(str(exc))})") from None
+    return rng
+
+
+def check_session_plugin_states(manifest: Manifest) -> None:
+    """Check that every plugin entry has the session's layout: ``{"version": n, "state": {}}``.
+
+    What :meth:`monitored.MonitoredSession.load_plugin_states` expects; checked
+    here so that a damaged entry is this checkpoint's damage (an older checkpoint
+    is restored instead), named with its plugin, not an error from the core.
+    """
+    for plugin, entry in manifest.plugins.items():
+        version, state = entry.get("version"), entry.get("state")
+        if not _is_int(version) or version < 1 or not isinstance(state, dict):
+            raise CorruptCheckpointError(
+                f"{manifest.path}{MANIFEST_SUFFIX}: the state saved for plugin {_show(plugin)} "
+                f"is damaged (want {{'version': int >= 1, 'state': {{...}}}}, got "
+                f"version {_show(version)} and a state of type {type(state).__name__})"
+            )
 
 
 def _writer_of(document: dict[str, Any]) -> str:
     versions = document.get("versions")
-    if isinstance(versions, dict) and "monitored-checkpoint" in versions:
-        return f"monitored-checkpoint {versions['monitored-checkpoint']}"
+    if isinstance(versions, dict) and isinstance(versions.get("monitored-checkpoint"), str):
+        return f"monitored-checkpoint {_show(versions['monitored-checkpoint'])[1:-1]}"
     return "a newer monitored-checkpoint"
+
+
+def looks_like_our_data_file(store: Store, name: str, *, strict: bool = False) -> bool:
+    """Whether the file ``name`` starts as every data file of ours does, or is torn before.
+
+    Decided from its first bytes (our header starts with our ``__metadata__``),
+    so a header of any size is recognized. Unless ``strict`` (before deleting
+    it), a file too short to tell (a write torn on a store without rename)
+    counts as ours when it is named as ours are.
+    """
+    try:
+        with store.open_file(name) as (file, _):
+            head = file.read(8 + len(_OUR_HEADER_START))
+    except (OSError, CheckpointError):
+        return False
+    body = head[8:]
+    if len(body) == len(_OUR_HEADER_START) or strict:
+        return body == _OUR_HEADER_START
+    named_as_ours = name.endswith(DATA_SUFFIX) and step_of(name[: -len(DATA_SUFFIX)]) is not None
+    return named_as_ours and _OUR_HEADER_START.startswith(body)
 
 
 def read_arrays(
     store: Store,
     manifest: Manifest,
     into: Mapping[str, np.ndarray[Any, Any]] | None = None,
+    *,
+    digest: Any = None,
 ) -> dict[str, np.ndarray[Any, Any]]:
     """Read every array of ``manifest``, checking sizes, header and CRC-32.
 
-    An array of ``into`` with the same shape and dtype that is C-contiguous and
-    writable is read into in place (no extra copy, references to it stay
-    valid); other arrays are newly allocated. Raises
+    ``digest``, a ``hashlib`` object, is fed every byte of the data file as it
+    is read (for :func:`~monitored_checkpoint.checkpoint_digest` checks).
+
+    Nothing is allocated before the data file's size and header agree with the
+    manifest, so a manifest cannot make the reader allocate more than the file
+    holds. An array of ``into`` with the same shape and dtype that is
+    C-contiguous and writable is read into in place (no extra copy, references
+    to it stay valid); other arrays are newly allocated. Raises
     :class:`CorruptCheckpointError` naming the file and what is wrong; arrays
-    read into in place then hold garbage, which the caller replaces.
+    read into in place then hold garbage (:func:`~monitored_checkpoint.restore`
+    therefore reads into new arrays and copies only once all is verified).
     """
     into = into or {}
-    result: dict[str, np.ndarray[Any, Any]] = {}
-    for file_name, info in manifest.files.items():
-        names = [n for n, a in manifest.arrays.items() if a.file == file_name]
-        targets = {n: _target(manifest, n, into.get(n)) for n in names}
-        _read_file(store, file_name, info, targets)
-        result.update(targets)
-    return result
+    specs = {
+        n: (dtype_from_name(a.dtype, manifest.path), a.shape) for n, a in manifest.arrays.items()
+    }
+    [(file_name, info)] = manifest.files.items()
+    return _read_file(store, manifest, file_name, info, specs, into, digest, keep=True)
 
 
-def _target(
-    manifest: Manifest, name: str, existing: np.ndarray[Any, Any] | None
-) -> np.ndarray[Any, Any]:
-    info = manifest.arrays[name]
-    dtype = dtype_from_name(info.dtype, manifest.path)
+def verify_arrays(store: Store, manifest: Manifest, *, digest: Any = None) -> None:
+    """Check the data file of ``manifest`` as :func:`read_arrays` does, keeping nothing.
+
+    Sizes, header and CRC-32, read through two reused buffers of at most 16 MiB:
+    what lets a restore into arrays a state already has check everything before
+    it overwrites a single byte of them, without a second copy of the state.
+    """
+    specs = {
+        n: (dtype_from_name(a.dtype, manifest.path), a.shape) for n, a in manifest.arrays.items()
+    }
+    [(file_name, info)] = manifest.files.items()
+    _read_file(store, manifest, file_name, info, specs, {}, digest, keep=False)
+
+
+_Spec = tuple[np.dtype[Any], tuple[int, ...]]
+
+
+def _target(spec: _Spec, existing: np.ndarray[Any, Any] | None) -> np.ndarray[Any, Any]:
+    dtype, shape = spec
     if (
         isinstance(existing, np.ndarray)
-        and existing.shape == info.shape
+        and existing.shape == shape
         and existing.dtype == dtype
         and existing.flags.c_contiguous
         and existing.flags.writeable
     ):
         return existing
-    return np.empty(info.shape, dtype)
+    return np.empty(shape, dtype)
 
 
 def _read_file(
-    store: Store, file_name: str, info: FileInfo, targets: dict[str, np.ndarray[Any, Any]]
-) -> None:
+    store: Store,
+    manifest: Manifest,
+    file_name: str,
+    info: FileInfo,
+    specs: dict[str, _Spec],
+    into: Mapping[str, np.ndarray[Any, Any]],
+    digest: Any,
+    *,
+    keep: bool,
+) -> dict[str, np.ndarray[Any, Any]]:
     where = store.path(file_name)
-    try:
-        size = store.size(file_name)
-    except FileNotFoundError:
-        raise CorruptCheckpointError(f"{where}: the data file is missing") from None
-    if size != info.size:
-        raise CorruptCheckpointError(
-            f"{where}: the data file has {size} bytes, the manifest says {info.size}; it is "
-            "truncated or was replaced"
-        )
-    with store.open_read(file_name) as file:
+    with contextlib.ExitStack() as stack:
+        try:
+            file, size = stack.enter_context(store.open_file(file_name))
+        except FileNotFoundError:
+            raise CorruptCheckpointError(f"{where}: the data file is missing") from None
+        if size != info.size:
+            raise CorruptCheckpointError(
+                f"{where}: the data file has {size} bytes, the manifest says {info.size}; it is "
+                "truncated or was replaced"
+            )
         prefix = _read_exactly(file, 8, where)
         (length,) = struct.unpack("<Q", prefix)
         if length > min(_MAX_HEADER, size - 8):
             raise CorruptCheckpointError(f"{where}: the safetensors header length is damaged")
         header_bytes = _read_exactly(file, length, where)
-        entries = _check_header(header_bytes, targets, where)
-        hasher = _Crc32Follower(prefix + header_bytes)
+        order = _check_header(header_bytes, specs, manifest, where, size - 8 - length)
+        # Only now, with every size checked against the file, is memory allocated.
+        targets = {n: _target(specs[n], into.get(n)) for n in order} if keep else {}
+        if keep:
+            hasher = _Crc32Follower(prefix + header_bytes, digest)
+        else:
+            scratch = _Scratch(size - 8 - length)
+            hasher = _Crc32Follower(prefix + header_bytes, digest, scratch.gate)
         try:
-            for _, array in entries:
-                view = _byte_view(array)
-                for start in range(0, view.nbytes, _CHUNK):
-                    chunk = view[start : start + _CHUNK]
+            if keep:
+                for name in order:
+                    view = _byte_view(targets[name])
+                    for start in range(0, view.nbytes, _CHUNK):
+                        chunk = view[start : start + _CHUNK]
+                        _readinto_exactly(file, chunk, where)
+                        hasher.add(chunk)
+            else:
+                for chunk in scratch.chunks():
                     _readinto_exactly(file, chunk, where)
                     hasher.add(chunk)
             trailing = file.read(1)
@@ -635,52 +945,67 @@ def _read_file(
             f"{where}: checksum mismatch (CRC-32 {checksum:08x}, the manifest says "
             f"{info.crc32:08x}); the file is damaged"
         )
+    return targets
 
 
 def _check_header(
-    header_bytes: bytes, targets: dict[str, np.ndarray[Any, Any]], where: str
-) -> list[tuple[str, np.ndarray[Any, Any]]]:
-    """The arrays in file order, after checking the header against the manifest."""
-    try:
-        header = json.loads(header_bytes)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        header = None
+    header_bytes: bytes, specs: dict[str, _Spec], manifest: Manifest, where: str, data_size: int
+) -> list[str]:
+    """The arrays' names in file order, after checking the header against the manifest.
+
+    The header's ``__metadata__`` must be ours with the manifest's step and format
+    version (a manifest cannot be pointed at another checkpoint's data file), and
+    its entries must lie end to end and fill the file exactly.
+    """
+    header = load_json(header_bytes, where, "the safetensors header")
     if not isinstance(header, dict):
         raise CorruptCheckpointError(f"{where}: the safetensors header is not valid JSON")
-    header.pop("__metadata__", None)
-    if set(header) != set(targets):
+    metadata = header.pop("__metadata__", None)
+    expected = {
+        "format": FORMAT_NAME,
+        "format_version": str(manifest.format_version),
+        "step": str(manifest.step),
+    }
+    if not isinstance(metadata, dict) or any(metadata.get(k) != v for k, v in expected.items()):
         raise CorruptCheckpointError(
-            f"{where}: the file holds arrays {sorted(header)}, the manifest lists {sorted(targets)}"
+            f"{where}: the data file's metadata {_show(metadata)} does not match the manifest "
+            f"(step {manifest.step}, format version {manifest.format_version}); the manifest "
+            "does not belong to this data file"
         )
-    try:
-        entries = sorted(header.items(), key=lambda item: int(item[1]["data_offsets"][0]))
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
+    if set(header) != set(specs):
         raise CorruptCheckpointError(
-            f"{where}: the safetensors header is damaged ({exc!r})"
-        ) from None
+            f"{where}: the file holds arrays {_show(sorted(header))}, the manifest lists "
+            f"{_show(sorted(specs))}"
+        )
+    for entry in header.values():
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_int, offsets)):
+            raise CorruptCheckpointError(
+                f"{where}: the safetensors header is damaged (an entry without valid "
+                f"data_offsets: {_show(entry)})"
+            )
+    entries = sorted(header.items(), key=lambda item: int(item[1]["data_offsets"][0]))
     offset = 0
     for name, entry in entries:
-        array = targets[name]
-        if not _entry_matches(entry, array, offset):
-            raise CorruptCheckpointError(
-                f"{where}: the safetensors header entry of {name!r} ({entry}) does not match "
-                f"the manifest ({array.dtype} {array.shape})"
-            )
-        offset += array.nbytes
-    return [(name, targets[name]) for name, _ in entries]
-
-
-def _entry_matches(entry: Any, array: np.ndarray[Any, Any], offset: int) -> bool:
-    try:
+        dtype, shape = specs[name]
+        nbytes = math.prod(shape) * dtype.itemsize
         start, end = entry["data_offsets"]
-        return bool(
-            entry["dtype"] == _TAGS.get(array.dtype.name)
-            and tuple(entry["shape"]) == array.shape
+        if not (
+            entry.get("dtype") == _TAGS.get(dtype.name)
+            and entry.get("shape") == list(shape)
             and start == offset
-            and end - start == array.nbytes
+            and end - start == nbytes
+        ):
+            raise CorruptCheckpointError(
+                f"{where}: the safetensors header entry of {_show(name)} ({_show(entry)}) does "
+                f"not match the manifest ({dtype} {shape})"
+            )
+        offset += nbytes
+    if offset != data_size:
+        raise CorruptCheckpointError(
+            f"{where}: the arrays take {offset} bytes, the file holds {data_size} after its header"
         )
-    except (KeyError, TypeError, ValueError):
-        return False
+    return [name for name, _ in entries]
 
 
 def _read_exactly(file: BinaryIO, n: int, where: str) -> bytes:
@@ -704,21 +1029,62 @@ def _readinto_exactly(file: BinaryIO, view: memoryview, where: str) -> None:
 
 
 @final
+class _Scratch:
+    """Two buffers that a verifying read fills in turn, for ``nbytes`` bytes in all.
+
+    ``gate`` counts the buffers free to fill: the reader takes one before it
+    fills a buffer, the checksum thread gives it back once that buffer is
+    checksummed, so a buffer is never refilled while it is being read.
+    """
+
+    __slots__ = ("_buffers", "gate", "nbytes")
+
+    _SIZE: Final = 16 << 20
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+        size = min(self._SIZE, nbytes)
+        self._buffers = [np.empty(size, np.uint8) for _ in range(2 if size else 0)]
+        self.gate = threading.Semaphore(len(self._buffers))
+
+    def chunks(self) -> Iterable[memoryview]:
+        left, turn = self.nbytes, 0
+        while left:
+            n = min(left, self._SIZE)
+            self.gate.acquire()
+            yield self._buffers[turn % 2].data[:n]
+            left -= n
+            turn += 1
+
+
+@final
 class _Crc32Follower:
     """Checksums chunks in a thread while the reader fills the next ones."""
 
-    __slots__ = ("_queue", "_thread", "_value")
+    __slots__ = ("_also", "_gate", "_queue", "_thread", "_value")
 
-    def __init__(self, first: bytes) -> None:
+    def __init__(
+        self, first: bytes, also: Any = None, gate: threading.Semaphore | None = None
+    ) -> None:
         self._value = crc32(first)
+        #: Released after each chunk (see :class:`_Scratch`), or None.
+        self._gate = gate
+        #: A hashlib object fed the same bytes (a provenance digest), or None.
+        self._also = also
+        if also is not None:
+            also.update(first)
         self._queue: queue.SimpleQueue[memoryview | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        value = self._value
+        value, also, gate = self._value, self._also, self._gate
         while (chunk := self._queue.get()) is not None:
             value = crc32(chunk, value)
+            if also is not None:
+                also.update(chunk)
+            if gate is not None:
+                gate.release()
         self._value = value
 
     def add(self, chunk: memoryview) -> None:

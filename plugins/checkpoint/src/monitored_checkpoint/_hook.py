@@ -15,6 +15,7 @@ resumes as ``MonitoredTrainingSession`` does.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
@@ -97,9 +98,13 @@ def _uses_cupy() -> bool:
 async def _restore(session: MonitoredSession, checkpoint_dir: str) -> str | None:
     """Restore ``session.state`` and the plugin states; the checkpoint's path or ``None``."""
     if _uses_cupy():
-        manifest = restore_latest(session.state, checkpoint_dir)
+        manifest = restore_latest(session.state, checkpoint_dir, session_plugin_states=True)
     else:
-        manifest = await anyio.to_thread.run_sync(restore_latest, session.state, checkpoint_dir)
+        manifest = await anyio.to_thread.run_sync(
+            functools.partial(restore_latest, session_plugin_states=True),
+            session.state,
+            checkpoint_dir,
+        )
     if manifest is None:
         log.info("No checkpoint in %s: starting afresh", checkpoint_dir)
         return None

@@ -15,11 +15,11 @@ checkpoints, is an error rather than a silent fresh start.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import re
-import struct
 import threading
 import time
 import warnings
@@ -34,6 +34,7 @@ import numpy as np
 from monitored import is_device_array
 
 from ._errors import (
+    CheckpointDigestError,
     CheckpointMismatchError,
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -45,23 +46,34 @@ from ._format import (
     DATA_SUFFIX,
     FORMAT_NAME,
     MANIFEST_SUFFIX,
+    MAX_MANIFEST_BYTES,
     Manifest,
     Snapshot,
+    check_session_plugin_states,
+    check_step_name,
+    load_json,
+    looks_like_our_data_file,
+    parse_manifest,
     read_arrays,
     read_manifest,
+    read_manifest_bytes,
+    step_of,
     take_snapshot,
+    verify_arrays,
     write_checkpoint,
 )
-from ._store import TEMP_MARKER, Store, open_store, write_all
+from ._store import TEMP_MARKER, Store, is_plain_name, open_store, write_all
 
 if TYPE_CHECKING:
     from monitored import TrainState
 
 __all__ = [
+    "MAX_STATE_FILE_BYTES",
     "STATE_FILENAME",
     "CheckpointState",
     "CheckpointsIterator",
     "Saver",
+    "checkpoint_digest",
     "checkpoint_state",
     "checkpoints_iterator",
     "latest_checkpoint",
@@ -76,7 +88,8 @@ log = logging.getLogger("monitored.checkpoint")
 #: The state file's name, as in TF1.
 STATE_FILENAME: Final = "checkpoint"
 _MARKER: Final = f"# {FORMAT_NAME} state file"
-_STEP_NAME: Final = re.compile(r"^(?P<base>.+)-(?P<step>\d+)$")
+#: The largest state file read, in bytes: about 10000 kept checkpoints' worth.
+MAX_STATE_FILE_BYTES: Final = 4 << 20
 #: TF1 checkpoint files: ``model.ckpt-5.index``, ``.meta``, ``.data-00000-of-00001``.
 _TF_FILE: Final = re.compile(r"\.(index|meta|data-\d+-of-\d+)$")
 
@@ -95,12 +108,6 @@ def split_save_path(save_path: str | os.PathLike[str]) -> tuple[Store, str]:
     if not basename:
         raise ValueError(f"save path {path!r} names no checkpoint basename (e.g. 'dir/model.ckpt')")
     return open_store(directory), basename
-
-
-def step_of(name: str) -> int | None:
-    """The global step in a checkpoint name (``model.ckpt-5`` -> 5)."""
-    match = _STEP_NAME.match(name)
-    return int(match["step"]) if match else None
 
 
 # -- the state file -----------------------------------------------------------------------------
@@ -134,7 +141,12 @@ def _format_state(names: Sequence[str], stamps: Sequence[float], last_preserved:
 
 
 def _parse_state(store: Store, raw: bytes) -> CheckpointState:
-    """Parse a state file; ``ValueError`` says what is wrong with it."""
+    """Parse a state file; ``ValueError`` says what is wrong with it.
+
+    Every checkpoint it names must be a plain file name of the directory: a
+    state file naming ``/elsewhere/model.ckpt-5`` or ``../x`` is damaged, so
+    nothing outside the directory is ever restored, adopted or deleted.
+    """
     text = raw.decode("utf-8")
     ours = text.startswith(_MARKER)
     newest: str | None = None
@@ -174,19 +186,21 @@ def _parse_state(store: Store, raw: bytes) -> CheckpointState:
 
 
 def _string(value: str, number: int) -> str:
-    if not (value.startswith('"') and value.endswith('"')):
-        raise ValueError(f"line {number}: {value} is not a quoted string")
+    if not (value.startswith('"') and value.endswith('"')) or len(value) < 2:
+        raise ValueError(f"line {number}: {value[:80]} is not a quoted string")
     try:
-        decoded = json.loads(value)
-    except json.JSONDecodeError:
+        decoded = load_json(value.encode(), f"line {number}", "the name")
+    except CorruptCheckpointError:
         decoded = value[1:-1]
+    if not is_plain_name(decoded):
+        raise ValueError(
+            f"line {number}: {str(decoded)[:80]!r} is not a plain file name of the directory"
+        )
     return str(decoded)
 
 
 def _full(store: Store, name: str) -> str:
-    """A name from the state file as a full path (absolute paths are kept)."""
-    if os.path.isabs(name) or "://" in name:
-        return name
+    """A (plain) name from the state file as a full path."""
     return store.path(name)
 
 
@@ -196,22 +210,41 @@ def _relative(store: Store, path: str) -> str:
 
 
 def _read_state(store: Store, names: Sequence[str]) -> CheckpointState | None:
-    """The state file, or ``None`` if absent; ``ValueError`` if it cannot be parsed."""
+    """The state file, or ``None`` if absent; ``ValueError`` if it cannot be parsed.
+
+    Read only if it is a regular file of at most :data:`MAX_STATE_FILE_BYTES`.
+    """
     if STATE_FILENAME not in names:
         return None
-    return _parse_state(store, store.read_bytes(STATE_FILENAME))
+    try:
+        raw = store.read_bytes(STATE_FILENAME, MAX_STATE_FILE_BYTES)
+    except FileNotFoundError:
+        return None
+    except CorruptCheckpointError as exc:
+        raise ValueError(str(exc)) from None
+    return _parse_state(store, raw)
 
 
 def _state_file_is_foreign(store: Store, names: Sequence[str]) -> bool:
     """Whether a ``checkpoint`` file is there that this package did not write.
 
     Ours start with a marker comment; an empty one is a write torn on a store
-    without rename, and ours too.
+    without rename, and ours too. Only its first bytes are read. Callers decide
+    with :func:`_holds_our_checkpoints` whether that makes the directory foreign.
     """
     if STATE_FILENAME not in names:
         return False
-    raw = store.read_bytes(STATE_FILENAME)
-    return bool(raw.strip()) and not raw.startswith(_MARKER.encode())
+    try:
+        with store.open_file(STATE_FILENAME) as (file, _):
+            head = file.read(4096)
+    except (OSError, CorruptCheckpointError):
+        return False  # unreadable: damaged, not evidence of another project
+    return bool(head.strip()) and not head.startswith(_MARKER.encode())
+
+
+def _holds_our_checkpoints(store: Store, names: Sequence[str]) -> bool:
+    """Whether the directory holds a manifest this package wrote."""
+    return any(_is_our_manifest(store, n + MANIFEST_SUFFIX) for n in _manifest_names(store, names))
 
 
 def checkpoint_state(checkpoint_dir: str | os.PathLike[str]) -> CheckpointState | None:
@@ -244,9 +277,10 @@ def _manifest_names(store: Store, names: Sequence[str]) -> list[str]:
 
 def _is_our_manifest(store: Store, file: str) -> bool:
     try:
-        return bool(json.loads(store.read_bytes(file)).get("format") == FORMAT_NAME)
-    except (OSError, ValueError, AttributeError):
+        document = load_json(store.read_bytes(file, MAX_MANIFEST_BYTES), file, "the manifest")
+    except (OSError, CorruptCheckpointError):
         return False
+    return isinstance(document, dict) and document.get("format") == FORMAT_NAME
 
 
 def latest_checkpoint(
@@ -313,11 +347,64 @@ def _check_match(state: TrainState, manifest: Manifest) -> None:
         )
 
 
-def _apply(state: TrainState, manifest: Manifest, store: Store) -> None:
-    """Read the arrays of ``manifest`` into ``state`` and set its step and RNG."""
+@final
+class _Digest:
+    """A provenance check of one restore: the SHA-256 of the bytes read, against the expected."""
+
+    __slots__ = ("expected", "hasher", "path")
+
+    def __init__(self, path: str, manifest_bytes: bytes, expected: str) -> None:
+        self.path = path
+        self.hasher = hashlib.sha256(manifest_bytes)
+        self.expected = expected.lower()
+
+    def check(self) -> None:
+        found = self.hasher.hexdigest()
+        if found != self.expected:
+            raise CheckpointDigestError(
+                f"checkpoint {self.path} has the SHA-256 digest {found}, not the "
+                f"{self.expected} it was to have: it is not the checkpoint that was published"
+            )
+
+
+def _apply(
+    state: TrainState, manifest: Manifest, store: Store, digest: _Digest | None = None
+) -> None:
+    """Read the arrays of ``manifest`` into ``state`` and set its step and RNG.
+
+    All or nothing: every check (sizes, header, CRC-32, RNG state, digest)
+    passes before the state is touched. Arrays the state does not have yet are
+    read into new memory; arrays it has (NumPy, contiguous) are filled in place,
+    without a second copy of the state in memory, after a first pass has
+    verified the whole file through small buffers. Only if the file changes
+    between the two passes can a failure leave them partly overwritten, and
+    the error then says so.
+    """
     _check_match(state, manifest)
-    in_place = {n: a for n, a in state.items() if isinstance(a, np.ndarray)}
-    arrays = read_arrays(store, manifest, into=in_place)
+    hasher = digest.hasher if digest is not None else None
+    in_place = {
+        n: a
+        for n, a in state.items()
+        if isinstance(a, np.ndarray) and a.flags.c_contiguous and a.flags.writeable
+    }
+    if in_place:
+        verify_arrays(store, manifest, digest=hasher)
+        hasher = None
+        if digest is not None:
+            digest.check()
+    try:
+        arrays = read_arrays(store, manifest, into=in_place, digest=hasher)
+    except CorruptCheckpointError as exc:
+        if not in_place:
+            raise
+        raise CorruptCheckpointError(
+            f"{exc}; the file changed while it was being restored, after it had been "
+            f"verified, and the state's arrays {sorted(in_place)[:5]} were partly overwritten: "
+            "the state is no longer usable"
+        ) from None
+    if digest is not None and hasher is not None:
+        digest.check()
+    rng_state = manifest.rng_state  # checked when the manifest was parsed
     for name, host in arrays.items():
         existing = state.get(name)
         if existing is None:
@@ -327,7 +414,7 @@ def _apply(state: TrainState, manifest: Manifest, store: Store) -> None:
         elif host is not existing:
             np.copyto(existing, host, casting="equiv")
     state.global_step = manifest.step
-    state.rng_state = manifest.rng_state
+    state.rng_state = rng_state
 
 
 def _to_module(host: np.ndarray[Any, Any], module: str, name: str, manifest: Manifest) -> Any:
@@ -354,19 +441,58 @@ def _upload(device: Any, host: np.ndarray[Any, Any]) -> None:
         device[...] = cupy.asarray(host)
 
 
-def restore(state: TrainState, path: str | os.PathLike[str]) -> Manifest:
+def restore(
+    state: TrainState, path: str | os.PathLike[str], *, sha256: str | None = None
+) -> Manifest:
     """Restore ``state`` (arrays, global step, RNG) from the checkpoint at ``path``.
 
     ``path`` is a checkpoint path as :func:`latest_checkpoint` returns it. The
-    plugin states are in the returned manifest's ``plugins``.
+    plugin states are in the returned manifest's ``plugins``. With ``sha256``
+    (what :func:`checkpoint_digest` gave its writer), the checkpoint must be
+    exactly that one, checked on the bytes actually read, or
+    :class:`CheckpointDigestError` is raised and the state is left unchanged.
     """
     store, name = split_save_path(path)
-    manifest = read_manifest(store, name)
-    _apply(state, manifest, store)
+    if sha256 is None:
+        manifest = read_manifest(store, name)
+        check_step_name(manifest)
+        _apply(state, manifest, store)
+        return manifest
+    raw = read_manifest_bytes(store, name)
+    where = store.path(name + MANIFEST_SUFFIX)
+    manifest = parse_manifest(load_json(raw, where, "the manifest"), store, name)
+    check_step_name(manifest)
+    _apply(state, manifest, store, _Digest(store.path(name), raw, sha256))
     return manifest
 
 
-def restore_latest(state: TrainState, checkpoint_dir: str | os.PathLike[str]) -> Manifest | None:
+def checkpoint_digest(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 digest of the checkpoint at ``path``, for its writer to publish.
+
+    The hex digest of the manifest's bytes followed by the data file's bytes. A
+    reader who got the digest from a source they trust passes it to
+    :func:`restore` (``sha256=``), which checks it on the bytes it restores:
+    the way to know a checkpoint you did not write is the one its author meant.
+    """
+    store, name = split_save_path(path)
+    hasher = hashlib.sha256(read_manifest_bytes(store, name))
+    try:
+        with store.open_file(name + DATA_SUFFIX) as (file, _):
+            while chunk := file.read(8 << 20):
+                hasher.update(chunk)
+    except FileNotFoundError:
+        raise CorruptCheckpointError(
+            f"{store.path(name + DATA_SUFFIX)}: the data file is missing"
+        ) from None
+    return hasher.hexdigest()
+
+
+def restore_latest(
+    state: TrainState,
+    checkpoint_dir: str | os.PathLike[str],
+    *,
+    session_plugin_states: bool = False,
+) -> Manifest | None:
     """Restore the newest valid checkpoint of ``checkpoint_dir`` into ``state``.
 
     Returns its manifest, or ``None`` when the directory holds no checkpoint (a
@@ -376,26 +502,44 @@ def restore_latest(state: TrainState, checkpoint_dir: str | os.PathLike[str]) ->
     when the directory holds checkpoints that this package did not write,
     :class:`CheckpointMismatchError` when the newest valid checkpoint does not
     fit the state and :class:`CheckpointVersionError` when a newer format wrote it.
+
+    With ``session_plugin_states``, each plugin state must have the layout the
+    session's ``load_plugin_states`` takes; a checkpoint where one does not is
+    damaged (the plugin named) and skipped like any other.
+
+    A state file this package did not write makes the directory foreign only
+    when it holds no checkpoint of ours; otherwise it is damage, reported and
+    ignored, and the directory's own listing decides.
     """
     store = open_store(checkpoint_dir)
     names = store.list()
     if not names:
         return None
-    if _state_file_is_foreign(store, names):
-        raise ForeignCheckpointError(_foreign_message(store, [STATE_FILENAME], names))
     candidates: list[str] = []
     failures: list[tuple[str, str]] = []
-    try:
-        saved = _read_state(store, names)
-    except (ValueError, UnicodeDecodeError) as exc:
-        saved = None
-        failures.append((store.path(STATE_FILENAME), f"the state file cannot be parsed ({exc})"))
+    saved: CheckpointState | None = None
+    if _state_file_is_foreign(store, names):
+        if not _holds_our_checkpoints(store, names):
+            raise ForeignCheckpointError(_foreign_message(store, [STATE_FILENAME], names))
+        failures.append(
+            (store.path(STATE_FILENAME), "the state file was not written by monitored-checkpoint")
+        )
+    else:
+        try:
+            saved = _read_state(store, names)
+        except (ValueError, UnicodeDecodeError) as exc:
+            failures.append(
+                (store.path(STATE_FILENAME), f"the state file cannot be parsed ({exc})")
+            )
     if saved is not None:
         candidates += reversed(saved.names)
     candidates += [n for n in _manifest_names(store, names) if n not in candidates]
     for name in candidates:
         try:
             manifest = read_manifest(store, name)
+            check_step_name(manifest)
+            if session_plugin_states:
+                check_session_plugin_states(manifest)
             _apply(state, manifest, store)
         except (CorruptCheckpointError, CheckpointNotFoundError) as exc:
             failures.append((store.path(name), str(exc)))
@@ -428,21 +572,10 @@ def _foreign_files(store: Store, names: Sequence[str]) -> list[str]:
     for name in names:
         if name.startswith(".") and TEMP_MARKER in name:
             continue  # our leftovers from a killed save
-        ours = not name.endswith(DATA_SUFFIX) or _is_our_data_file(store, name)
+        ours = not name.endswith(DATA_SUFFIX) or looks_like_our_data_file(store, name)
         if _TF_FILE.search(name) or not ours:
             foreign.append(name)
     return foreign
-
-
-def _is_our_data_file(store: Store, name: str) -> bool:
-    try:
-        with store.open_read(name) as file:
-            prefix = file.read(8)
-            (length,) = struct.unpack("<Q", prefix)
-            header = json.loads(file.read(min(length, 1 << 20)))
-        return bool(header.get("__metadata__", {}).get("format") == FORMAT_NAME)
-    except (OSError, ValueError, struct.error, AttributeError):
-        return False
 
 
 def _foreign_message(store: Store, foreign: Sequence[str], names: Sequence[str]) -> str:
@@ -594,10 +727,7 @@ class Saver:
             )
             store.write(STATE_FILENAME, lambda f: write_all(f, text))
         for old in deleted:
-            # The manifest first: a checkpoint whose deletion is interrupted then
-            # has no manifest and is not mistaken for a damaged one.
-            store.remove(old + MANIFEST_SUFFIX)
-            store.remove(old + DATA_SUFFIX)
+            _delete_checkpoint(store, old)
         return store.path(name)
 
     def _directory(self, store: Store) -> _Directory:
@@ -607,15 +737,24 @@ class Saver:
             return directory
         store.ensure_directory()
         names = store.list()
+        saved: CheckpointState | None = None
         if _state_file_is_foreign(store, names):
-            raise ForeignCheckpointError(_foreign_message(store, [STATE_FILENAME], names))
-        try:
-            saved = _read_state(store, names)
-        except (ValueError, UnicodeDecodeError) as exc:
+            if not _holds_our_checkpoints(store, names):
+                raise ForeignCheckpointError(_foreign_message(store, [STATE_FILENAME], names))
             log.warning(
-                "%s cannot be parsed (%s); it will be rewritten", store.path(STATE_FILENAME), exc
+                "%s was not written by monitored-checkpoint, but the directory holds checkpoints "
+                "of ours; it will be rewritten",
+                store.path(STATE_FILENAME),
             )
-            saved = None
+        else:
+            try:
+                saved = _read_state(store, names)
+            except (ValueError, UnicodeDecodeError) as exc:
+                log.warning(
+                    "%s cannot be parsed (%s); it will be rewritten",
+                    store.path(STATE_FILENAME),
+                    exc,
+                )
         kept: list[tuple[str, float]] = []
         last_preserved = time.time()
         if saved is not None:
@@ -649,6 +788,33 @@ class Saver:
                 continue
             deleted.append(name)
         return kept, deleted
+
+
+def _delete_checkpoint(store: Store, name: str) -> None:
+    """Delete checkpoint ``name`` of ``store``: only files shown to be ours.
+
+    The kept list comes from a state file someone else may have written, so a
+    file is deleted only if its content shows it is part of a checkpoint of
+    ours: a manifest with our format, a data file with our header. The manifest
+    goes first: a checkpoint whose deletion is interrupted then has no manifest
+    and is not mistaken for a damaged one.
+    """
+    if not is_plain_name(name) or step_of(name) is None:
+        log.warning("not deleting %r: it is not the name of a checkpoint", name)
+        return
+    manifest, data = name + MANIFEST_SUFFIX, name + DATA_SUFFIX
+    names = set(store.list())
+    for file in (manifest, data):
+        if file not in names:
+            continue
+        if (
+            _is_our_manifest(store, file)
+            if file == manifest
+            else looks_like_our_data_file(store, file, strict=True)
+        ):
+            store.remove(file)
+        else:
+            log.warning("not deleting %s: it is not a checkpoint file of ours", store.path(file))
 
 
 # -- following a training job -------------------------------------------------------------------

@@ -8,6 +8,13 @@ stores have no atomic rename (fsspec's ``mv`` is a copy and a delete there), so 
 writes each file in place; object stores make each object appear whole once its
 upload completes, and the checkpoint protocol (manifest written last, see
 ``_format``) keeps a partly written checkpoint invisible on any store.
+
+A checkpoint directory may have been written by someone else, so every name a
+store is given must be a plain file name of the directory (:func:`check_name`),
+and a local store opens regular files only: a FIFO, a device or a symbolic link
+that leads out of the directory is refused with :class:`UnsafeCheckpointError`
+before anything is read, and :meth:`Store.read_bytes` never reads more than the
+limit it is given (see "Security" in ``docs/checkpoint.md``).
 """
 
 from __future__ import annotations
@@ -15,16 +22,62 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, Final, cast, final
 
-from ._errors import CheckpointDirectoryError
+from ._errors import CheckpointDirectoryError, CorruptCheckpointError, UnsafeCheckpointError
 
-__all__ = ["TEMP_MARKER", "FsspecStore", "LocalStore", "Store", "open_store", "write_all"]
+__all__ = [
+    "MAX_NAME_BYTES",
+    "TEMP_MARKER",
+    "FsspecStore",
+    "LocalStore",
+    "Store",
+    "check_name",
+    "is_plain_name",
+    "open_store",
+    "write_all",
+]
 
 #: Part of the name of every temporary file, so leftovers of a killed save are recognized.
 TEMP_MARKER: Final = ".tmp-"
+#: The longest file name (in UTF-8 bytes) a store accepts: POSIX's usual ``NAME_MAX``.
+MAX_NAME_BYTES: Final = 255
+
+
+def is_plain_name(name: object) -> bool:
+    """Whether ``name`` is a plain file name: no directory part, nothing to resolve.
+
+    Not empty, not ``.`` or ``..``, no ``/``, ``\\`` or NUL, at most
+    :data:`MAX_NAME_BYTES` bytes of UTF-8 (lone surrogates are refused too).
+    """
+    if not isinstance(name, str) or name in ("", ".", ".."):
+        return False
+    if "/" in name or "\\" in name or "\0" in name:
+        return False
+    try:
+        return len(name.encode("utf-8")) <= MAX_NAME_BYTES
+    except UnicodeEncodeError:
+        return False
+
+
+def check_name(name: object, where: str) -> str:
+    """``name`` if it is a plain file name, else :class:`UnsafeCheckpointError`.
+
+    ``where`` (the directory or the file that gave the name) goes in the message.
+    """
+    if not is_plain_name(name):
+        shown = repr(name)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise UnsafeCheckpointError(
+            f"{where}: {shown} is not a plain file name of the checkpoint directory "
+            "(absolute, with a directory part, '..', a NUL byte or too long); refused"
+        )
+    assert isinstance(name, str)
+    return name
+
 
 Writer = Callable[[BinaryIO], None]
 
@@ -86,15 +139,49 @@ class Store:
         raise NotImplementedError
 
     @contextlib.contextmanager
-    def open_read(self, name: str) -> Iterator[BinaryIO]:
-        """Open ``name`` for reading (``FileNotFoundError`` if it does not exist)."""
+    def open_file(self, name: str) -> Iterator[tuple[BinaryIO, int]]:
+        """Open the regular file ``name`` for reading; yield it and its size.
+
+        ``FileNotFoundError`` if it does not exist; :class:`UnsafeCheckpointError`
+        if ``name`` is not a plain name or not a regular file of this directory;
+        :class:`CorruptCheckpointError` if it cannot be opened (permissions...).
+        """
         raise NotImplementedError
         yield  # pragma: no cover
 
-    def read_bytes(self, name: str) -> bytes:
-        """The whole content of ``name``."""
-        with self.open_read(name) as file:
-            return file.read()
+    @contextlib.contextmanager
+    def open_read(self, name: str) -> Iterator[BinaryIO]:
+        """Open ``name`` for reading (see :meth:`open_file`)."""
+        with self.open_file(name) as (file, _):
+            yield file
+
+    def read_bytes(self, name: str, limit: int) -> bytes:
+        """The whole content of ``name``, refused if it is larger than ``limit`` bytes.
+
+        Reads at most ``limit + 1`` bytes whatever the file claims, so a file that
+        grows while it is read, or lies about its size, cannot make it read more.
+        """
+        with self.open_file(name) as (file, size):
+            if size > limit:
+                raise UnsafeCheckpointError(
+                    f"{self.path(name)} has {size} bytes, more than the {limit} a "
+                    f"{_kind(name)} may have; refused"
+                )
+            chunks: list[bytes] = []
+            left = limit + 1
+            while left > 0:
+                chunk = file.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+            data = b"".join(chunks)
+        if len(data) > limit:
+            raise UnsafeCheckpointError(
+                f"{self.path(name)} is larger than the {limit} bytes a {_kind(name)} may "
+                "have; refused"
+            )
+        return data
 
     def size(self, name: str) -> int:
         """The size of ``name`` in bytes."""
@@ -150,6 +237,7 @@ class LocalStore(Store):
             ) from exc
 
     def write(self, name: str, writer: Writer) -> None:
+        check_name(name, self.url)
         final_path = os.path.join(self._dir, name)
         temp = os.path.join(self._dir, f".{name}{TEMP_MARKER}{os.getpid()}-{uuid.uuid4().hex[:8]}")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
@@ -165,17 +253,55 @@ class LocalStore(Store):
             raise
         _fsync_directory(self._dir)
 
+    def _resolve(self, name: str) -> str:
+        """The path to open for ``name``: itself, or the target of a link that stays inside.
+
+        A symbolic link is followed only when its target, fully resolved, is in
+        this directory or below it; anything else is refused, so a directory
+        cannot make a reader open ``/dev/zero`` or another user's files.
+        """
+        path = os.path.join(self._dir, check_name(name, self.url))
+        if not os.path.islink(path):
+            return path
+        root = os.path.realpath(self._dir)
+        target = os.path.realpath(path)
+        if os.path.commonpath([root, target]) != root:
+            raise UnsafeCheckpointError(
+                f"{self.path(name)} is a symbolic link to {target}, outside the checkpoint "
+                "directory; refused"
+            )
+        return target
+
     @contextlib.contextmanager
-    def open_read(self, name: str) -> Iterator[BinaryIO]:
-        with open(os.path.join(self._dir, name), "rb", buffering=0) as file:
-            yield cast(BinaryIO, file)
+    def open_file(self, name: str) -> Iterator[tuple[BinaryIO, int]]:
+        where = self.path(name)
+        path = self._resolve(name)
+        # Check the type before opening (opening a FIFO blocks, a device may act),
+        # then again on the open descriptor, in case the entry changed meanwhile.
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        flags |= getattr(os, "O_CLOEXEC", 0)
+        try:
+            _require_regular(os.stat(path).st_mode, where)
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise CorruptCheckpointError(
+                f"{where} cannot be opened: {type(exc).__name__}: {exc}"
+            ) from None
+        with open(fd, "rb", buffering=0) as file:
+            info = os.fstat(fd)
+            _require_regular(info.st_mode, where)
+            yield cast(BinaryIO, file), info.st_size
 
     def size(self, name: str) -> int:
-        return os.stat(os.path.join(self._dir, name)).st_size
+        with self.open_file(name) as (_, size):
+            return size
 
     def remove(self, name: str) -> None:
+        # A link is removed itself, never its target.
         with contextlib.suppress(FileNotFoundError):
-            os.remove(os.path.join(self._dir, name))
+            os.remove(os.path.join(self._dir, check_name(name, self.url)))
 
 
 @final
@@ -190,7 +316,7 @@ class FsspecStore(Store):
         self._root = root.rstrip("/")
 
     def _full(self, name: str) -> str:
-        return f"{self._root}/{name}"
+        return f"{self._root}/{check_name(name, self.url)}"
 
     def ensure_directory(self) -> None:
         try:
@@ -227,9 +353,22 @@ class FsspecStore(Store):
             raise
 
     @contextlib.contextmanager
-    def open_read(self, name: str) -> Iterator[BinaryIO]:
-        with self._fs.open(self._full(name), "rb") as file:
-            yield file
+    def open_file(self, name: str) -> Iterator[tuple[BinaryIO, int]]:
+        path = self._full(name)
+        try:
+            info = self._fs.info(path)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise CorruptCheckpointError(
+                f"{self.path(name)} cannot be opened: {type(exc).__name__}: {exc}"
+            ) from None
+        if info.get("type") != "file":
+            raise UnsafeCheckpointError(
+                f"{self.path(name)} is a {info.get('type')}, not a regular file; refused"
+            )
+        with self._fs.open(path, "rb") as file:
+            yield file, int(info.get("size") or 0)
 
     def size(self, name: str) -> int:
         return int(self._fs.size(self._full(name)))
@@ -259,6 +398,30 @@ def open_store(directory: str | os.PathLike[str]) -> Store:
     if "file" in _protocols(fs):
         return LocalStore(url, os.path.abspath(root))
     return FsspecStore(url, fs, root)
+
+
+def _require_regular(mode: int, where: str) -> None:
+    if not stat.S_ISREG(mode):
+        kind = (
+            "directory"
+            if stat.S_ISDIR(mode)
+            else "FIFO"
+            if stat.S_ISFIFO(mode)
+            else "device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "socket"
+            if stat.S_ISSOCK(mode)
+            else "special file"
+        )
+        raise UnsafeCheckpointError(f"{where} is a {kind}, not a regular file; refused")
+
+
+def _kind(name: str) -> str:
+    if name.endswith(".json"):
+        return "manifest"
+    if name == "checkpoint":
+        return "state file"
+    return "file of this kind"
 
 
 def _protocols(fs: Any) -> tuple[str, ...]:
