@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, final
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, final
 
 if TYPE_CHECKING:
     from ._session import MonitoredSession
@@ -28,9 +28,15 @@ class SessionRunArgs:
     ``fetches`` name the values the hook wants in ``after_run`` (step outputs or
     state entries, any nesting); ``feeds`` are extra keyword arguments for the
     step function. ``feed_dict`` is accepted as TF1's name for ``feeds``.
+
+    ``lag=1`` asks for the values **one step late**: this step's values reach the
+    hook's ``after_run`` of the *next* step (and, after the last step, once more
+    when the session stops, so none is dropped). On CuPy their device-to-host copy
+    then runs while the next step computes, so the hook never makes the step wait
+    for the device. For watchers (NaN guards, progress) that can act a step late.
     """
 
-    __slots__ = ("feeds", "fetches", "options")
+    __slots__ = ("feeds", "fetches", "lag", "options")
 
     def __init__(
         self,
@@ -39,6 +45,7 @@ class SessionRunArgs:
         options: Any = None,
         *,
         feed_dict: Mapping[str, Any] | None = None,
+        lag: Literal[0, 1] = 0,
     ) -> None:
         if feeds is not None and feed_dict is not None:
             raise TypeError("SessionRunArgs: pass feeds or feed_dict, not both")
@@ -48,7 +55,14 @@ class SessionRunArgs:
                 f"SessionRunArgs feeds must be a mapping of names to values, got "
                 f"{type(feeds).__name__}"
             )
+        if lag != 0 and lag != 1:
+            raise ValueError(
+                f"SessionRunArgs lag must be 0 (values in this step's after_run) or 1 (in "
+                f"the next step's), got {lag!r}"
+            )
         self.fetches: Fetches = fetches
+        #: 0: the values reach this step's ``after_run``; 1: the next step's.
+        self.lag: Literal[0, 1] = 1 if lag else 0
         self.feeds: Mapping[str, Any] | None = feeds
         self.options: Any = options
 
@@ -60,18 +74,20 @@ class SessionRunArgs:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, SessionRunArgs):
             return NotImplemented
-        return (self.fetches, self.feeds, self.options) == (
+        return (self.fetches, self.feeds, self.options, self.lag) == (
             other.fetches,
             other.feeds,
             other.options,
+            other.lag,
         )
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
+        lag = f", lag={self.lag}" if self.lag else ""
         return (
             f"SessionRunArgs(fetches={self.fetches!r}, feeds={self.feeds!r}, "
-            f"options={self.options!r})"
+            f"options={self.options!r}{lag})"
         )
 
 
@@ -79,7 +95,8 @@ class SessionRunValues(NamedTuple):
     """The answer to one hook's :class:`SessionRunArgs`, passed to ``after_run``.
 
     ``results`` has the structure of the hook's fetches with host (NumPy) values,
-    or is ``None`` when the hook asked for nothing.
+    or is ``None`` when the hook asked for nothing (or, with ``lag=1``, when no
+    earlier step's values are due).
     """
 
     results: Any
