@@ -272,13 +272,16 @@ def _assembler(plans: Sequence[tuple[FetchPlan, list[int]]]) -> _Assemble | None
 
 _MISSING: Final = object()
 
-#: How a value of each type becomes a host copy: 0 ndarray, 1 CuPy, 2 anything else.
-_COPY_KIND: dict[type, int] = {np.ndarray: 0}
+#: How a value of each type reaches hooks: 0 an ndarray (copied), 1 a NumPy scalar
+#: (immutable: handed over as it is), 2 a CuPy array (transferred), 3 anything else
+#: (converted by ``numpy.array``, which copies).
+_HOW: dict[type, int] = {np.ndarray: 0}
 
 
-def _copy_kind(kind: type, value: Any) -> int:
-    found = _COPY_KIND[kind] = 1 if is_device_array(value) else 2
-    return found
+def _how(kind: type, value: Any) -> int:
+    how = 1 if isinstance(value, np.generic) else 2 if is_device_array(value) else 3
+    _HOW[kind] = how
+    return how
 
 
 @final
@@ -322,40 +325,46 @@ class StepPlan:
     def collect(
         self, outputs: Mapping[str, Any], state: TrainState
     ) -> tuple[list[Any], DeviceCopy | None]:
-        """Host copies of every name's value; CuPy values wanted late only are started.
+        """Every name's host value, by slot; CuPy values wanted late only are started.
 
-        Returns the values by slot, and the started late copy (``None`` without one),
-        which fills its slots when finished.
+        NumPy arrays are copied (once, however many hooks asked), NumPy scalars are
+        immutable and handed over as they are, CuPy arrays are transferred in one
+        batch per device: at once, or, when only ``lag=1`` hooks want them, started
+        without waiting (the returned copy fills their slots when finished).
         """
-        names = self.names
-        v: list[Any] = [None] * len(names)
+        v: list[Any] = []
+        append = v.append
         device: list[int] | None = None
         get = outputs.get
         arrays = state._arrays
-        kinds = _COPY_KIND
-        for i, name in enumerate(names):
+        how_of = _HOW
+        for name in self.names:
             value = get(name, _MISSING)
             if value is _MISSING:
                 value = arrays.get(name, _MISSING)
                 if value is _MISSING:
                     if name == GLOBAL_STEP:
-                        v[i] = np.array(np.int64(state.global_step))
-                    elif self.required[i]:
+                        append(np.int64(state.global_step))
+                    elif self.required[len(v)]:
                         raise self._missing(name, outputs, state)
+                    else:
+                        append(None)
                     continue
             kind = type(value)
-            how = kinds.get(kind)
+            how = how_of.get(kind)
             if how is None:
-                how = _copy_kind(kind, value)
+                how = _how(kind, value)
             if how == 0:
-                v[i] = value.copy()
-            elif how == 2:
-                v[i] = np.array(value)
+                append(value.copy())
+            elif how == 1:
+                append(value)
+            elif how == 3:
+                append(np.array(value))
             else:
-                v[i] = value
                 if device is None:
                     device = []
-                device.append(i)
+                device.append(len(v))
+                append(value)
         if device is None:
             return v, None
         now = [i for i in device if not self.late_only[i]]
@@ -415,11 +424,14 @@ class Fetcher:
             cache = self._plans
             plans = []
             for call, asked in requests:
-                index = call.plugin_index
-                plan = cache.get(index)
-                if plan is None or not plan.matches(asked.fetches, asked.lag):
-                    plan = cache[index] = FetchPlan(
-                        asked.fetches, call.info.describe, index, asked.lag
+                plan = cache.get(call.plugin_index)
+                fetches = asked.fetches
+                if plan is None or not (
+                    (fetches is plan.source and plan.constant and asked.lag == plan.lag)
+                    or plan.matches(fetches, asked.lag)
+                ):
+                    plan = cache[call.plugin_index] = FetchPlan(
+                        fetches, call.info.describe, call.plugin_index, asked.lag
                     )
                 plans.append(plan)
             step_plan = self._step_plan
