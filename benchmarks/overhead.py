@@ -11,7 +11,12 @@ Measures microseconds per step of
   real ``monitored`` entry points of a throw-away distribution put on
   ``sys.path`` for the run (sync or async ``before_run`` and ``after_run``);
 
-each for a sync and an ``async def`` step function. The session loop is the
+each for a sync and an ``async def`` step function; and the **fetch rows** (sync
+step, sync hooks): 1, 10 or 100 hooks each fetching 0, 1, 8 or 64 names (step
+outputs, a state entry and the global step) through a constant ``SessionRunArgs``
+(as plugins build theirs once), one row building a new ``SessionRunArgs`` every
+step (TF1 style) and one asking with ``lag=1``. A hook fetching 0 names returns
+``SessionRunArgs(None)``: the same hook, asking for nothing. The session loop is the
 idiomatic one, ``if sess.should_stop(): break`` then ``await sess.run(step)``.
 
 Noise: the machine this runs on is small and shared. Each measurement runs in a
@@ -31,7 +36,7 @@ Installed plugins of the environment are not loaded
 
 Usage::
 
-    python benchmarks/overhead.py [--steps N] [--repeats R] [--markdown]
+    python benchmarks/overhead.py [--steps N] [--repeats R] [--rows all|hooks|fetch] [--markdown]
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import argparse
 import contextlib
 import gc
 import importlib.metadata
+import inspect
 import multiprocessing
 import os
 import platform
@@ -52,6 +58,7 @@ import time
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from dataclasses import replace as dataclass_replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Final
@@ -68,8 +75,20 @@ from monitored._plugins import installed_entry_points
 
 #: TF1's ``MonitoredTrainingSession`` overhead on this class of machine (DESIGN.md).
 TF1_US_PER_STEP: Final = 38.0
-#: The issue's target for 10 no-op plugins.
+#: The first target for 10 no-op plugins (hook objects and installed modules alike).
 TARGET_US_PER_STEP: Final = 10.0
+#: Issue 13's targets, over the bare loop: 10 no-op hook objects (sync, async hooks),
+#: 10 hooks fetching 8 names each, and one name over the same hook fetching none.
+TARGET_NOOP_SYNC_US: Final = 3.0
+TARGET_NOOP_ASYNC_US: Final = 3.5
+TARGET_FETCH_10x8_US: Final = 15.0
+TARGET_ONE_NAME_US: Final = 1.5
+#: What the fetch rows' hooks ask for, in this order: 8 names are the loss, the
+#: state entry ``w``, the global step and 5 more step outputs.
+FETCH_NAMES: Final = ("loss", "w", "global_step", *(f"m{i:02d}" for i in range(61)))
+#: Whether the ``monitored`` being measured has ``SessionRunArgs(lag=...)`` (an older
+#: checkout, measured for a before/after comparison, has not).
+HAS_LAG: Final = "lag" in inspect.signature(monitored.SessionRunArgs).parameters
 #: How many no-op plugins the loaded configurations carry.
 N_PLUGINS: Final = 10
 #: Name of the throw-away distribution that provides the entry-point plugins.
@@ -90,7 +109,10 @@ def make_steps(size: int) -> tuple[StepFn, StepFn]:
     returns a constant outputs mapping, so the step itself allocates nothing.
     """
     grad = np.full(max(size, 1), 1e-6, dtype=np.float32)
-    outputs: Mapping[str, Any] = {"loss": np.float32(0.5)}
+    outputs: Mapping[str, Any] = {
+        "loss": np.float32(0.5),
+        **{name: np.float32(i) for i, name in enumerate(FETCH_NAMES[3:])},
+    }
 
     if size > 0:
 
@@ -153,6 +175,51 @@ class AsyncNoopHook:
         self, run_context: monitored.SessionRunContext, run_values: monitored.SessionRunValues
     ) -> None:
         """Do nothing with nothing."""
+
+
+class FetchHook:
+    """A hook asking for ``names`` through one constant ``SessionRunArgs`` (a dict)."""
+
+    __slots__ = ("args", "seen")
+
+    def __init__(self, names: Sequence[str], lag: int = 0) -> None:
+        fetches = {name: name for name in names} or None
+        self.args = (
+            monitored.SessionRunArgs(fetches, lag=lag)  # type: ignore[arg-type]
+            if lag
+            else monitored.SessionRunArgs(fetches)
+        )
+        self.seen: Any = None
+
+    def before_run(self, run_context: monitored.SessionRunContext) -> monitored.SessionRunArgs:
+        """Ask for the same names as every step."""
+        return self.args
+
+    def after_run(
+        self, run_context: monitored.SessionRunContext, run_values: monitored.SessionRunValues
+    ) -> None:
+        """Keep the answer (as a hook reading it would)."""
+        self.seen = run_values.results
+
+
+class FreshFetchHook:
+    """Like :class:`FetchHook`, building a new ``SessionRunArgs`` and dict every step."""
+
+    __slots__ = ("names", "seen")
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(names)
+        self.seen: Any = None
+
+    def before_run(self, run_context: monitored.SessionRunContext) -> monitored.SessionRunArgs:
+        """Ask for the names in a new structure, as TF1-style hooks do."""
+        return monitored.SessionRunArgs({name: name for name in self.names})
+
+    def after_run(
+        self, run_context: monitored.SessionRunContext, run_values: monitored.SessionRunValues
+    ) -> None:
+        """Keep the answer."""
+        self.seen = run_values.results
 
 
 _MODULE_SOURCE: Final = {
@@ -248,6 +315,12 @@ class Config:
     runner: str
     #: ``"sync"`` or ``"async"`` hook implementations (``""`` without hooks).
     hook_kind: str = ""
+    #: Fetch rows (``runner == "fetch"``): how many hooks, names each, lag, and
+    #: whether each step builds a new ``SessionRunArgs``.
+    hooks: int = 0
+    names: int = 0
+    lag: int = 0
+    fresh: bool = False
 
     @property
     def label(self) -> str:
@@ -256,6 +329,13 @@ class Config:
             return "bare loop"
         if self.runner == "none":
             return "MonitoredSession, 0 plugins"
+        if self.runner == "fetch":
+            label = f"MonitoredSession, {self.hooks} hooks fetching {self.names} names each"
+            if self.lag:
+                label += ", lag=1"
+            if self.fresh:
+                label += ", new SessionRunArgs each step"
+            return label
         what = "hook objects" if self.runner == "hooks" else "installed plugins (modules)"
         return f"MonitoredSession, {N_PLUGINS} {self.hook_kind} {what}"
 
@@ -265,15 +345,26 @@ class Config:
         return self.runner in {"hooks", "plugins"}
 
 
-def all_configs() -> list[Config]:
-    """Every configuration, bare loop first for each step kind."""
+def all_configs(rows: str = "all") -> list[Config]:
+    """Every configuration of ``rows`` (``all``, ``hooks`` or ``fetch``), bare loops first."""
     configs = []
-    for step_kind in ("sync", "async"):
-        configs.append(Config(step_kind, "bare"))
-        configs.append(Config(step_kind, "none"))
-        for runner in ("hooks", "plugins"):
-            for hook_kind in ("sync", "async"):
-                configs.append(Config(step_kind, runner, hook_kind))
+    if rows in {"all", "hooks"}:
+        for step_kind in ("sync", "async"):
+            configs.append(Config(step_kind, "bare"))
+            configs.append(Config(step_kind, "none"))
+            for runner in ("hooks", "plugins"):
+                for hook_kind in ("sync", "async"):
+                    configs.append(Config(step_kind, runner, hook_kind))
+    if rows in {"all", "fetch"}:
+        if rows == "fetch":
+            configs.append(Config("sync", "bare"))
+        for hooks, names in ((1, 0), (1, 1), (1, 8), (1, 64), (10, 0), (10, 1), (10, 8)):
+            configs.append(Config("sync", "fetch", "sync", hooks, names))
+        configs.append(Config("sync", "fetch", "sync", 10, 8, fresh=True))
+        if HAS_LAG:
+            configs.append(Config("sync", "fetch", "sync", 10, 8, lag=1))
+        configs.append(Config("sync", "fetch", "sync", 100, 0))
+        configs.append(Config("sync", "fetch", "sync", 100, 8))
     return configs
 
 
@@ -324,6 +415,15 @@ async def _open(
         return _bare_runner(step, state, config.step_kind == "async")
     if config.runner == "plugins":
         session = await stack.enter_async_context(_plugin_session(state, config.hook_kind))
+    elif config.runner == "fetch":
+        names = FETCH_NAMES[: config.names]
+        fetch_hooks = [
+            FreshFetchHook(names) if config.fresh else FetchHook(names, config.lag)
+            for _ in range(config.hooks)
+        ]
+        session = await stack.enter_async_context(
+            monitored.MonitoredSession(state, hooks=fetch_hooks)
+        )
     else:
         hook_type = AsyncNoopHook if config.hook_kind == "async" else NoopHook
         hooks = [hook_type() for _ in range(N_PLUGINS)] if config.runner == "hooks" else []
@@ -462,11 +562,28 @@ def machine() -> str:
     )
 
 
-def _target_cell(result: Result) -> str:
-    if not result.config.loaded:
+def _target_cell(result: Result, results: Sequence[Result]) -> str:
+    config = result.config
+    over = statistics.median(result.overhead)
+    if config.runner == "fetch":
+        if (config.hooks, config.names, config.lag, config.fresh) == (10, 8, 0, False):
+            ok = over <= TARGET_FETCH_10x8_US
+            return f"{'yes' if ok else 'NO'} (<= {TARGET_FETCH_10x8_US:g})"
+        if (config.hooks, config.names) == (1, 1):
+            same_hook = [r for r in results if r.config == dataclass_replace(config, names=0)]
+            if not same_hook:
+                return ""
+            more = over - statistics.median(same_hook[0].overhead)
+            ok = more <= TARGET_ONE_NAME_US
+            return f"{'yes' if ok else 'NO'} (+{more:.2f} over 0 names; <= +{TARGET_ONE_NAME_US:g})"
         return ""
-    ok = statistics.median(result.overhead) < TARGET_US_PER_STEP
-    return f"{'yes' if ok else 'NO'} (< {TARGET_US_PER_STEP:g})"
+    if not config.loaded:
+        return ""
+    cells = [f"{'yes' if over < TARGET_US_PER_STEP else 'NO'} (< {TARGET_US_PER_STEP:g})"]
+    if config.runner == "hooks":
+        target = TARGET_NOOP_ASYNC_US if config.hook_kind == "async" else TARGET_NOOP_SYNC_US
+        cells.append(f"{'yes' if over <= target else 'NO'} (<= {target:g})")
+    return "; ".join(cells)
 
 
 def load_average() -> str:
@@ -489,7 +606,8 @@ def markdown(
         f"{args.repeats} repeats x {args.steps} steps per configuration (after warm-up), "
         "each in a fresh process beside its bare loop, the two alternating in blocks of "
         f"{args.block} steps; step = in-place NumPy update of {args.size} float32 + "
-        "global step increment. Figures are medians over repeats; overhead = configuration "
+        "global step increment, returning a constant mapping of 62 outputs. Figures are "
+        "medians over repeats; overhead = configuration "
         "minus bare loop in the same process, with its min-max range. "
         f"Reference: TF1 MonitoredTrainingSession adds about {TF1_US_PER_STEP:g} us/step.",
         "",
@@ -504,7 +622,7 @@ def markdown(
         ratio = statistics.median(result.ratio)
         lines.append(
             f"| {result.config.step_kind} | {result.config.label} | {us:.2f} | {over} | "
-            f"{spread} | {ratio:.1f} | {_target_cell(result)} |"
+            f"{spread} | {ratio:.1f} | {_target_cell(result, results)} |"
         )
     return "\n".join(lines)
 
@@ -512,12 +630,12 @@ def markdown(
 def plain(results: Sequence[Result]) -> str:
     """The results as aligned text."""
     header = ("step", "runner", "us/step", "overhead", "min-max", "x bare")
-    rows = ["{:5} {:58} {:>8} {:>9} {:>12} {:>6}".format(*header)]
+    rows = ["{:5} {:80} {:>8} {:>9} {:>12} {:>6}".format(*header)]
     for result in results:
         over = statistics.median(result.overhead)
         spread = f"{min(result.overhead):.2f}-{max(result.overhead):.2f}"
         rows.append(
-            f"{result.config.step_kind:5} {result.config.label:58} "
+            f"{result.config.step_kind:5} {result.config.label:80} "
             f"{statistics.median(result.us_per_step):8.2f} {over:9.2f} {spread:>12} "
             f"{statistics.median(result.ratio):6.1f}"
         )
@@ -532,6 +650,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--block", type=int, default=500, help="steps per interleaved block")
     parser.add_argument(
         "--size", type=int, default=64, help="float32 elements the step updates (0: no NumPy)"
+    )
+    parser.add_argument(
+        "--rows",
+        choices=("all", "hooks", "fetch"),
+        default="all",
+        help="no-op hook rows, fetch rows, or both",
     )
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = parser.parse_args(argv)
@@ -565,7 +689,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     load_before = load_average()
     with installed_noop_plugins():
         results = measure(
-            all_configs(), steps=args.steps, repeats=args.repeats, size=args.size, block=args.block
+            all_configs(args.rows),
+            steps=args.steps,
+            repeats=args.repeats,
+            size=args.size,
+            block=args.block,
         )
     loads = (load_before, load_average())
     print(markdown(results, command, args, loads) if args.markdown else plain(results))

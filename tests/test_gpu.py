@@ -89,3 +89,55 @@ def test_averages_of_values_and_zero_debias_stay_on_the_device() -> None:
     ema.apply(state, values={"loss": np.float32(3.0)})  # a host value is moved to the device
     assert isinstance(state["loss/avg"], cupy.ndarray)
     assert float(state["loss/avg"]) == pytest.approx(3.0)
+
+
+def test_a_started_device_copy_is_a_snapshot_collected_later() -> None:
+    from monitored._backend import start_device_copy
+
+    w = cupy.arange(4, dtype=cupy.float32)
+    loss = w.sum()  # a 0-d device array
+    values: list[Any] = [w, loss]
+    copy = start_device_copy(values, [0, 1])
+    w += 100  # queued after the pack on the same stream: the copy does not see it
+    copy.finish(values)
+    np.testing.assert_array_equal(values[0], [0, 1, 2, 3])
+    assert values[1].shape == ()
+    assert float(values[1]) == 6.0
+
+
+async def test_lagged_cupy_values_arrive_one_step_late_without_a_blocking_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    blocking = []
+    real = cupy.asnumpy
+
+    def counting(array: Any, *args: Any, **kwargs: Any) -> np.ndarray:
+        if kwargs.get("blocking", True):
+            blocking.append(array.nbytes)
+        return real(array, *args, **kwargs)
+
+    monkeypatch.setattr(cupy, "asnumpy", counting)
+    state = monitored.TrainState({"w": cupy.zeros(3, dtype=cupy.float32)})
+    seen = []
+
+    class Late:
+        def before_run(self, run_context: Any) -> monitored.SessionRunArgs:
+            return monitored.SessionRunArgs({"w": "w", "loss": "loss"}, lag=1)
+
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            seen.append(run_values.results)
+
+    def step(state: monitored.TrainState) -> dict[str, Any]:
+        state["w"] += 1
+        state.global_step += 1
+        return {"loss": state["w"].sum()}
+
+    hooks = [Late(), monitored.StopAtStepHook(last_step=3)]
+    async with monitored.MonitoredSession(state, hooks=hooks) as sess:
+        while not sess.should_stop():
+            await sess.run(step)
+    assert blocking == []
+    assert seen[0] is None
+    assert [float(r["loss"]) for r in seen[1:]] == [3.0, 6.0, 9.0]
+    np.testing.assert_array_equal(seen[-1]["w"], [3, 3, 3])
+    assert isinstance(seen[-1]["w"], np.ndarray)

@@ -10,11 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, final
 
 import numpy as np
 
-__all__ = ["array_module", "is_array", "is_device_array", "to_host"]
+__all__ = [
+    "DeviceCopy",
+    "array_module",
+    "copy_to_host",
+    "is_array",
+    "is_device_array",
+    "start_device_copy",
+    "to_host",
+]
 
 
 def is_device_array(value: object) -> bool:
@@ -58,6 +66,14 @@ def to_host(values: Sequence[Any]) -> list[np.ndarray]:
     return out
 
 
+def copy_to_host(values: Sequence[Any], indices: Sequence[int], out: list[Any]) -> None:
+    """Copy the CuPy arrays ``values[i]`` for ``i`` in ``indices`` into ``out[i]``, now.
+
+    One blocking transfer per device (the arrays of a device are packed first).
+    """
+    _device_to_host(values, list(indices), out)
+
+
 def _device_to_host(values: Sequence[Any], indices: list[int], out: list[Any]) -> None:
     import cupy
 
@@ -77,3 +93,76 @@ def _device_to_host(values: Sequence[Any], indices: list[int], out: list[Any]) -
                 end = offset + array.nbytes
                 out[i] = host[offset:end].view(array.dtype).reshape(array.shape)
                 offset = end
+
+
+#: One copy stream per device, created when a late transfer first needs it.
+_copy_streams: dict[int, Any] = {}
+
+
+@final
+class DeviceCopy:
+    """Device-to-host copies issued without waiting, collected later with :meth:`finish`.
+
+    Per device, the arrays are packed into one device buffer **on the current
+    stream** (a snapshot: kernels queued after it, such as the next step's in-place
+    updates, cannot change what is copied), an event marks the end of the pack, and
+    a side stream waits for that event and copies the buffer into pinned host
+    memory, recording a second event. Nothing here waits for the device; only
+    :meth:`finish` waits, for the copy's event, which has normally long passed by
+    the next step.
+    """
+
+    __slots__ = ("_groups",)
+
+    def __init__(self, groups: list[tuple[list[int], list[Any], Any, Any, Any]]) -> None:
+        #: Per device: (indices, (shape, dtype, nbytes) of each array, packed device
+        #: buffer, pinned host buffer, event recorded after the copy).
+        self._groups = groups
+
+    def finish(self, out: list[Any]) -> None:
+        """Wait for the copies and put each array's host value at its index in ``out``."""
+        groups, self._groups = self._groups, []
+        for indices, layouts, _packed, host, done in groups:
+            done.synchronize()
+            offset = 0
+            for i, (shape, dtype, nbytes) in zip(indices, layouts, strict=True):
+                end = offset + nbytes
+                # Copied out of the pinned buffer, so that hooks keeping values do not
+                # hold page-locked memory, which the pool can then reuse at once.
+                out[i] = host[offset:end].view(dtype).reshape(shape).copy()
+                offset = end
+
+
+def start_device_copy(values: Sequence[Any], indices: Sequence[int]) -> DeviceCopy:
+    """Start copying the CuPy arrays ``values[i]`` (``i`` in ``indices``) to the host.
+
+    Returns at once; :meth:`DeviceCopy.finish` collects the values. See
+    :class:`DeviceCopy` for how the copy stays ordered and asynchronous.
+    """
+    import cupy
+    import cupyx
+
+    by_device: dict[int, list[int]] = {}
+    for i in indices:
+        by_device.setdefault(values[i].device.id, []).append(i)
+    groups = []
+    for device_id, group in by_device.items():
+        with cupy.cuda.Device(device_id):
+            arrays = [cupy.ascontiguousarray(values[i]) for i in group]
+            flat = [a.reshape(-1).view(cupy.uint8) for a in arrays]
+            packed = cupy.concatenate(flat) if len(flat) > 1 else flat[0].copy()
+            packed_event = cupy.cuda.Event(block=False, disable_timing=True)
+            packed_event.record()
+            stream = _copy_streams.get(device_id)
+            if stream is None:
+                stream = _copy_streams[device_id] = cupy.cuda.Stream(non_blocking=True)
+            stream.wait_event(packed_event)
+            host = cupyx.empty_pinned((packed.nbytes,), dtype=np.uint8)
+            cupy.asnumpy(packed, stream=stream, out=host, blocking=False)
+            done = cupy.cuda.Event(block=False, disable_timing=True)
+            done.record(stream)
+            # ``packed`` stays referenced until finish: its memory must not be reused
+            # by the pool while the side stream still reads it.
+            layouts = [(a.shape, a.dtype, a.nbytes) for a in arrays]
+            groups.append((group, layouts, packed, host, done))
+    return DeviceCopy(groups)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, final
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, final
 
 if TYPE_CHECKING:
     from ._session import MonitoredSession
@@ -57,9 +57,15 @@ class SessionRunArgs:
     step function. ``feed_dict`` is accepted as TF1's name for ``feeds``.
     ``options`` is a :class:`RunOptions` (a request to trace the step); anything
     else, TF1's ``RunOptions`` protos included, is refused rather than ignored.
+
+    ``lag=1`` asks for the values **one step late**: this step's values reach the
+    hook's ``after_run`` of the *next* step (and, after the last step, once more
+    when the session stops, so none is dropped). On CuPy their device-to-host copy
+    then runs while the next step computes, so the hook never makes the step wait
+    for the device. For watchers (NaN guards, progress) that can act a step late.
     """
 
-    __slots__ = ("feeds", "fetches", "options")
+    __slots__ = ("feeds", "fetches", "lag", "options")
 
     def __init__(
         self,
@@ -68,6 +74,7 @@ class SessionRunArgs:
         options: RunOptions | None = None,
         *,
         feed_dict: Mapping[str, Any] | None = None,
+        lag: Literal[0, 1] = 0,
     ) -> None:
         if feeds is not None and feed_dict is not None:
             raise TypeError("SessionRunArgs: pass feeds or feed_dict, not both")
@@ -83,7 +90,14 @@ class SessionRunArgs:
                 f"RunOptions(trace=True)) or None, got {type(options).__name__}: TF1's "
                 "RunOptions protos have no meaning here"
             )
+        if lag != 0 and lag != 1:
+            raise ValueError(
+                f"SessionRunArgs lag must be 0 (values in this step's after_run) or 1 (in "
+                f"the next step's), got {lag!r}"
+            )
         self.fetches: Fetches = fetches
+        #: 0: the values reach this step's ``after_run``; 1: the next step's.
+        self.lag: Literal[0, 1] = 1 if lag else 0
         self.feeds: Mapping[str, Any] | None = feeds
         self.options: RunOptions | None = options
 
@@ -95,18 +109,20 @@ class SessionRunArgs:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, SessionRunArgs):
             return NotImplemented
-        return (self.fetches, self.feeds, self.options) == (
+        return (self.fetches, self.feeds, self.options, self.lag) == (
             other.fetches,
             other.feeds,
             other.options,
+            other.lag,
         )
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
+        lag = f", lag={self.lag}" if self.lag else ""
         return (
             f"SessionRunArgs(fetches={self.fetches!r}, feeds={self.feeds!r}, "
-            f"options={self.options!r})"
+            f"options={self.options!r}{lag})"
         )
 
 
@@ -114,9 +130,10 @@ class SessionRunValues(NamedTuple):
     """The answer to one hook's :class:`SessionRunArgs`, passed to ``after_run``.
 
     ``results`` has the structure of the hook's fetches with host (NumPy) values,
-    or is ``None`` when the hook asked for nothing. ``options`` and
-    ``run_metadata`` are the hook's :class:`RunOptions` and the step's
-    :class:`~monitored.StepTrace` when it asked for a trace, else ``None``.
+    or is ``None`` when the hook asked for nothing (or, with ``lag=1``, when no
+    earlier step's values are due). ``options`` and ``run_metadata`` are the
+    hook's :class:`RunOptions` and the step's :class:`~monitored.StepTrace` when it
+    asked for a trace, else ``None``.
     """
 
     results: Any

@@ -35,7 +35,7 @@ from ._errors import (
     PluginError,
     UnavailableError,
 )
-from ._fetch import fetch_many
+from ._fetch import Fetcher, fetch_many
 from ._options import resolve_options
 from ._plugins import (
     DISABLE_AUTOLOAD_ENV,
@@ -165,6 +165,8 @@ class MonitoredSession:
         self._trace: StepTrace | None = None
         #: Whether this session finalized the state (and so un-finalizes it on exit).
         self._finalizes_state = False
+        #: Fetch plans cached per hook, and values held for hooks that asked with lag=1.
+        self._fetcher = Fetcher()
         #: Callbacks deferred with ``call_after_hooks``, run once the current event is done.
         self._deferred: list[Callable[[], Any]] = []
         #: The coroutine of the last ``run`` until it starts (to catch a missing await).
@@ -275,8 +277,11 @@ class MonitoredSession:
         self._coord._closing = True
         try:
             if failure is None:
+                if self._fetcher.pending is not None:
+                    await self._deliver_late(SessionRunContext(None, self))
                 await self.call_hook("end", self)
         finally:
+            self._fetcher.drop()
             self._coord.request_stop()
             task_group, self._task_group = self._task_group, None
             try:
@@ -590,7 +595,7 @@ class MonitoredSession:
         try:
             state = self._state
             context = SessionRunContext(None, self, kwargs)
-            requests: list[tuple[HookCall, Any]] = []
+            requests: list[tuple[HookCall, SessionRunArgs]] = []
             feeds: dict[str, Any] | None = None
             #: Set once a hook asks for a trace (RunOptions(trace=True)): the rest of
             #: the step is recorded. Steps nobody traces pay two `is None` tests.
@@ -616,7 +621,7 @@ class MonitoredSession:
                         f"{type(asked).__name__}; it must return SessionRunArgs or None"
                     )
                 if asked.fetches is not None:
-                    requests.append((call, asked.fetches))
+                    requests.append((call, asked))
                 if asked.feeds:
                     feeds = self._merge_feeds(feeds, asked.feeds, kwargs, call)
                 if asked.options is not None:
@@ -650,19 +655,13 @@ class MonitoredSession:
                 self._last_global_step = state.global_step
                 self._stalled_steps = 0
 
-            results: dict[int, Any] = {}
-            if requests:
-                answers = fetch_many(
-                    [(fetches, _describer(call)) for call, fetches in requests], outputs, state
-                )
-                for (call, _), answer in zip(requests, answers, strict=True):
-                    results[call.plugin_index] = answer
+            results = (
+                self._fetcher.answers(requests, outputs, state)
+                if requests or self._fetcher.pending is not None
+                else None
+            )
             for call in self._after_run:
-                values = (
-                    SessionRunValues(results[call.plugin_index])
-                    if results and call.plugin_index in results
-                    else _NO_RESULTS
-                )
+                values = results.get(call.plugin_index, _NO_RESULTS) if results else _NO_RESULTS
                 try:
                     done = call.call(context, values)
                     if done is not None and (call.is_async or inspect.isawaitable(done)):
@@ -679,6 +678,8 @@ class MonitoredSession:
             ):
                 self._should_stop = True
                 _log_stop(context.stop_requested_by, self._coord, state.global_step)
+                if self._fetcher.pending is not None:
+                    await self._deliver_late(context)
             return outputs
         finally:
             if self._deferred:  # left by a failed step: never run them later
@@ -741,19 +742,18 @@ class MonitoredSession:
                 self._stalled_steps = 0
             trace.memory(state)
 
-            results: dict[int, Any] = {}
-            if requests:
+            results: dict[int, SessionRunValues] = {}
+            if requests or self._fetcher.pending is not None:
                 started = time.perf_counter()
-                answers = fetch_many(
-                    [(fetches, _describer(call)) for call, fetches in requests], outputs, state
-                )
+                results = self._fetcher.answers(requests, outputs, state)
                 trace.add("session", "fetch", started, names=len(requests))
-                for (call, _), answer in zip(requests, answers, strict=True):
-                    results[call.plugin_index] = answer
             for call in self._after_run:
                 asked = trace.requested_by.get(call.plugin_index)
+                got = results.get(call.plugin_index)
                 values = SessionRunValues(
-                    results.get(call.plugin_index), asked, trace if asked is not None else None
+                    got.results if got is not None else None,
+                    asked,
+                    trace if asked is not None else None,
                 )
                 started = time.perf_counter()
                 try:
@@ -777,6 +777,8 @@ class MonitoredSession:
             ):
                 self._should_stop = True
                 _log_stop(context.stop_requested_by, self._coord, state.global_step)
+                if self._fetcher.pending is not None:
+                    await self._deliver_late(context)
             return outputs
         finally:
             if self._deferred:  # left by a failed step: never run them later
@@ -792,6 +794,24 @@ class MonitoredSession:
         :meth:`StepTrace.add`; ``ProfilerHook`` writes it out.
         """
         return self._trace
+    async def _deliver_late(self, context: SessionRunContext) -> None:
+        """Deliver the values hooks asked for with ``lag=1`` at the last step, now.
+
+        When the loop stops (or the session ends), no next step will carry them:
+        each such hook's ``after_run`` is called once more, with those values.
+        """
+        busy, self._busy = self._busy, True
+        try:
+            results = self._fetcher.flush()
+            for call in self._after_run:
+                values = results.get(call.plugin_index)
+                if values is not None:
+                    await invoke(call, (context, values), self._state.global_step)
+            if self._deferred:
+                await self._run_deferred()
+        finally:
+            self._deferred.clear()
+            self._busy = busy
 
     def _note_stalled_step(self, step_fn: Callable[..., Any]) -> None:
         """Count a step that left the global step where it was; warn once at a threshold.
@@ -1082,10 +1102,6 @@ def _hook_list(returned: Any, call: HookCall) -> list[object]:
             hook="training_hooks",
         )
     return list(returned)
-
-
-def _describer(call: HookCall) -> Callable[[], str]:
-    return lambda: call.info.describe()
 
 
 def _hook_name(hook: object, default: str) -> str:
