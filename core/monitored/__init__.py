@@ -53,6 +53,7 @@ from .clipping import (
     clip_by_value,
     global_norm,
 )
+from .evaluation import evaluate_once, evaluate_repeatedly
 from .gradient_checker import compute_gradient, compute_gradient_error
 from .moving_averages import ExponentialMovingAverage
 from .optimizers import (
@@ -155,6 +156,8 @@ __all__ = [
     "compute_gradient_error",
     "cosine_decay",
     "cosine_decay_restarts",
+    "evaluate_once",
+    "evaluate_repeatedly",
     "exponential_decay",
     "global_norm",
     "hookimpl",
