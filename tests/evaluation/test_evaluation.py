@@ -191,3 +191,25 @@ async def test_an_evaluation_that_raises_stops_training() -> None:
     assert isinstance(info.value.__cause__, RuntimeError)
     assert state.global_step == 1
     assert ended == []
+
+
+async def test_async_input_and_a_step_ending_the_input() -> None:
+    async def batches() -> Any:
+        for batch in DATA:
+            yield batch
+
+    state = monitored.TrainState({"w": np.array([2.0])})
+    result = await evaluate_once(eval_step, _metrics(), input=batches(), state=state)
+    assert result.steps == 2
+
+    calls: list[int] = []
+
+    def until_three(state: Any, metrics: Any) -> None:
+        if len(calls) == 3:
+            raise monitored.OutOfRangeError("done")
+        calls.append(1)
+        metrics["mean_pred"].update(np.ones(2))
+
+    result = await evaluate_once(until_three, {"mean_pred": m.Mean()}, state=state)
+    assert result.steps == 3
+    assert result.metrics == {"mean_pred": 1.0}
