@@ -213,3 +213,28 @@ async def test_async_input_and_a_step_ending_the_input() -> None:
     result = await evaluate_once(until_three, {"mean_pred": m.Mean()}, state=state)
     assert result.steps == 3
     assert result.metrics == {"mean_pred": 1.0}
+
+
+async def test_in_training_evaluation_summaries_go_to_the_training_eval_dir(
+    tmp_path: Path,
+) -> None:
+    written: list[tuple[str | None, int]] = []
+
+    class Sink:
+        def write_summaries(self, session: Any, step: int, summaries: Any) -> None:
+            written.append((session.training_config.summary_dir, step))
+
+    hook = EvaluationHook(
+        eval_step, _metrics(), input_fn=lambda: DATA, every_n_steps=100, hooks=[Sink()]
+    )
+    state = monitored.TrainState({"w": np.array([0.0])})
+    async with monitored.MonitoredTrainingSession(
+        state,
+        hooks=[hook, monitored.StopAtStepHook(last_step=1)],
+        summary_dir=str(tmp_path),
+        save_summaries_steps=None,
+        log_step_count_steps=None,
+    ) as sess:
+        while not sess.should_stop():
+            await sess.run(train_step)
+    assert written == [(str(tmp_path / "eval"), 1)]

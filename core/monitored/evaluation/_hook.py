@@ -8,6 +8,7 @@ hook): early stopping, progress and summaries see them.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, final
 
@@ -30,7 +31,8 @@ class EvaluationHook:
     ``input_fn()`` gives a fresh eval input each time; ``kwargs`` go to
     :func:`evaluate_once` (``eval_steps``, ``hooks``, ...). Each result is kept in
     :attr:`results` and reported to the training session's plugins with
-    ``after_evaluate``. With ``at_end`` the final state is evaluated too.
+    ``after_evaluate``. Summaries of the results go to ``<summary_dir>/eval`` of the
+    training session (``summary_dir=`` overrides). With ``at_end`` the final state is evaluated too.
 
     An evaluation that raises stops training: the hook raises
     :class:`EvaluationFailedError` (the original error as its cause) from
@@ -61,13 +63,17 @@ class EvaluationHook:
 
     async def _evaluate(self, session: MonitoredSession) -> None:
         step = session.state.global_step
+        kwargs = dict(self._kwargs)
+        config = session.training_config
+        if "summary_dir" not in kwargs and config is not None and config.summary_dir:
+            kwargs["summary_dir"] = os.path.join(config.summary_dir, "eval")
         try:
             result = await evaluate_once(
                 self.eval_fn,
                 self._metrics,
                 input=self._input_fn() if self._input_fn is not None else None,
                 state=session.state,
-                **self._kwargs,
+                **kwargs,
             )
         except Exception as exc:
             raise EvaluationFailedError(
