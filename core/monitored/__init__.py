@@ -54,6 +54,7 @@ from .clipping import (
     clip_by_value,
     global_norm,
 )
+from .evaluation import evaluate_once, evaluate_repeatedly
 from .gradient_checker import compute_gradient, compute_gradient_error
 from .moving_averages import ExponentialMovingAverage, assign_moving_average, ensure_zero_debias
 from .optimizers import (
@@ -162,6 +163,8 @@ __all__ = [
     "cosine_decay",
     "cosine_decay_restarts",
     "ensure_zero_debias",
+    "evaluate_once",
+    "evaluate_repeatedly",
     "exponential_decay",
     "global_norm",
     "hookimpl",

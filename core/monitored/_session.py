@@ -794,6 +794,7 @@ class MonitoredSession:
         :meth:`StepTrace.add`; ``ProfilerHook`` writes it out.
         """
         return self._trace
+
     async def _deliver_late(self, context: SessionRunContext) -> None:
         """Deliver the values hooks asked for with ``lag=1`` at the last step, now.
 
@@ -904,6 +905,15 @@ class MonitoredSession:
     async def write_summaries(self, step: int, summaries: Mapping[str, Any]) -> None:
         """Hand ``summaries`` for ``step`` to every summary sink (``write_summaries``)."""
         await self.call_hook("write_summaries", self, step, summaries)
+
+    async def report_evaluation(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Tell every hook and plugin that an evaluation finished (``after_evaluate``).
+
+        ``step`` is the global step evaluated, ``metrics`` the results by name.
+        Call it from a hook that evaluates inside training, so early stopping,
+        progress and summaries plugins see the results.
+        """
+        await self.call_hook("after_evaluate", self, step, dict(metrics))
 
     def options_for(self, plugin: str) -> Mapping[str, Any]:
         """The resolved options of ``plugin`` (declared with ``declare_options``).

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "after_create_session",
+    "after_evaluate",
     "after_run",
     "after_save",
     "before_run",
@@ -182,4 +183,17 @@ def after_save(session: MonitoredSession, step: int, path: str) -> bool | None:
     """Called by checkpoint plugins after the checkpoint of ``step`` is complete.
 
     Return ``True`` to request a stop, like TF1's ``CheckpointSaverListener``.
+    """
+
+
+@hookspec
+def after_evaluate(session: MonitoredSession, step: int, metrics: Mapping[str, float]) -> None:
+    """Called on a training session's plugins when an evaluation has finished.
+
+    ``step`` is the global step of the state evaluated and ``metrics`` maps each
+    metric's name to its result. Emitted by
+    :meth:`~monitored.MonitoredSession.report_evaluation` (the evaluation package's
+    ``EvaluationHook`` calls it): early stopping, progress and summaries plugins
+    react to evaluation results here. The evaluation has already handed the same
+    values to the summary sinks of its own session (``<model_dir>/eval``).
     """

@@ -1,0 +1,345 @@
+"""``evaluate_once`` and ``evaluate_repeatedly``: TF1's evaluation loops on the core session.
+
+An evaluation is a :class:`~monitored.MonitoredSession` whose step function
+updates metrics: the session restores the state from a checkpoint (through the
+checkpoint plugin) or evaluates a given state, runs the eval step over the input
+until it ends or for ``eval_steps`` steps, calls the eval hooks, and the results
+are handed to summary sinks (``write_summaries``) for ``<model_dir>/eval``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, final
+
+from .._basic_hooks import FinalOpsHook
+from .._config import TrainingConfig
+from .._errors import MissingPluginError, OutOfRangeError
+from .._scaffold import Scaffold
+from .._session import MonitoredSession
+from .._state import TrainState
+from ..metrics import Metric
+from ._errors import NoCheckpointError, NoMetricUpdatesError
+
+__all__ = ["EvaluationResult", "EvaluationSession", "evaluate_once", "evaluate_repeatedly"]
+
+log = logging.getLogger("monitored")
+
+StepFn = Callable[..., Any]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class EvaluationResult:
+    """What one evaluation gives: TF1's ``Estimator.evaluate`` dictionary, and more.
+
+    ``metrics`` maps each metric's key to its result; ``global_step`` is the step
+    of the state evaluated; ``steps`` counts the eval steps run;
+    ``checkpoint_path`` is the checkpoint evaluated (``None`` for a given state);
+    ``final_ops_values`` what ``final_ops`` gave.
+    """
+
+    metrics: dict[str, float]
+    global_step: int
+    steps: int
+    checkpoint_path: str | None = None
+    final_ops_values: Any = field(default=None, compare=False)
+
+    def as_dict(self) -> dict[str, float | int]:
+        """``{**metrics, "global_step": step}``, the shape ``Estimator.evaluate`` returns."""
+        return {**self.metrics, "global_step": self.global_step}
+
+
+class EvaluationSession(MonitoredSession):
+    """A ``MonitoredSession`` for evaluation: its global step does not move, silently."""
+
+    _warn_stalled_global_step = False
+
+
+@final
+class _RestoreFromCheckpoint:
+    """Restores the evaluated state from one checkpoint, through the checkpoint plugin."""
+
+    __slots__ = ("path",)
+
+    plugin_name = "evaluation-restore"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    async def restore_state(self, session: MonitoredSession) -> str:
+        checkpoint = _checkpoint_module("evaluate a checkpoint")
+        checkpoint.restore(session.state, self.path)
+        log.info("Evaluating %s (step %d)", self.path, session.state.global_step)
+        return self.path
+
+
+@final
+class _StopAfterNEvals:
+    """Requests a stop once ``eval_steps`` steps have run (TF1's ``_StopAfterNEvalsHook``)."""
+
+    __slots__ = ("done", "eval_steps")
+
+    plugin_name = "evaluation-steps"
+
+    def __init__(self, eval_steps: int | None) -> None:
+        self.eval_steps = eval_steps
+        self.done = 0
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        self.done += 1
+        if self.eval_steps is not None and self.done >= self.eval_steps:
+            run_context.request_stop()
+
+
+def _checkpoint_module(why: str) -> Any:
+    try:
+        import monitored_checkpoint
+    except ImportError:
+        raise MissingPluginError(
+            f"to {why}, monitored.evaluation needs the checkpoint plugin, which is not "
+            "installed (pip install monitored-checkpoint)",
+            plugin="checkpoint",
+            distribution="monitored-checkpoint",
+        ) from None
+    return monitored_checkpoint
+
+
+def _find_checkpoint(checkpoint_dir: str) -> str:
+    path: str | None = _checkpoint_module("evaluate a checkpoint").latest_checkpoint(checkpoint_dir)
+    if path is None:
+        raise NoCheckpointError(
+            f"checkpoint directory {checkpoint_dir} holds no checkpoint to evaluate "
+            "(has training written one yet?)"
+        )
+    return path
+
+
+def _name(fn: object) -> str:
+    return str(getattr(fn, "__name__", type(fn).__name__))
+
+
+async def evaluate_once(
+    eval_fn: StepFn,
+    metrics: Mapping[str, Metric],
+    *,
+    input: Iterable[Any] | AsyncIterable[Any] | None = None,
+    state: TrainState | None = None,
+    checkpoint_path: str | os.PathLike[str] | None = None,
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    eval_steps: int | None = None,
+    hooks: Sequence[object] = (),
+    final_ops: Any = None,
+    final_ops_feed_dict: Mapping[str, Any] | None = None,
+    scaffold: Scaffold | None = None,
+    summary_dir: str | os.PathLike[str] | None = None,
+    disable_plugins: Iterable[str] = (),
+    plugin_options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> EvaluationResult:
+    """Evaluate once: TF1's ``evaluate_once`` and ``Estimator.evaluate``.
+
+    The eval step is called as ``eval_fn(state, batch, metrics=metrics)`` for each
+    ``batch`` of ``input`` (or ``eval_fn(state, metrics=metrics)`` without an
+    input) and **updates the metrics itself**, ``metrics["accuracy"].update(y, p)``;
+    it may return outputs for the eval hooks, like a training step. Evaluation
+    ends at the end of the input (``StopIteration`` or ``OutOfRangeError``, from
+    the input or the step: a normal end), after ``eval_steps`` steps, or when a
+    hook requests a stop. Metrics are reset first.
+
+    What is evaluated: ``state`` as it is; or, with ``checkpoint_path`` (one
+    checkpoint) or ``checkpoint_dir`` (its newest), a fresh state (or ``state``
+    used as the template) restored by the checkpoint plugin. ``final_ops`` are
+    evaluated at the end (see :class:`~monitored.FinalOpsHook`).
+
+    Results are handed to summary sinks (the ``write_summaries`` hook) for the
+    session's ``summary_dir``: ``summary_dir`` if given, else ``<model_dir>/eval``
+    (the checkpoint's directory).
+
+    Raises :class:`NoMetricUpdatesError` when a step updated no metric,
+    :class:`NoCheckpointError` when ``checkpoint_dir`` holds no checkpoint,
+    :class:`~monitored.MissingPluginError` when evaluating a checkpoint without
+    the checkpoint plugin, ``ValueError`` for ``eval_steps <= 0``.
+    """
+    if eval_steps is not None and (
+        isinstance(eval_steps, bool) or not isinstance(eval_steps, int) or eval_steps <= 0
+    ):
+        raise ValueError(f"eval_steps must be a positive int or None, got {eval_steps!r}")
+    if not metrics:
+        raise ValueError("evaluate_once needs at least one metric (metrics={'name': Metric})")
+    for key, metric in metrics.items():
+        if not isinstance(metric, Metric):
+            raise TypeError(
+                f"metrics[{key!r}] is {type(metric).__name__}; it must be a monitored.metrics "
+                "Metric (Mean(), Accuracy(), AUC(), ...)"
+            )
+    if checkpoint_path is not None and checkpoint_dir is not None:
+        raise ValueError("give checkpoint_path or checkpoint_dir, not both")
+    path: str | None = None
+    if checkpoint_dir is not None:
+        path = _find_checkpoint(os.fspath(checkpoint_dir))
+    elif checkpoint_path is not None:
+        path = os.fspath(checkpoint_path)
+        _checkpoint_module("evaluate a checkpoint")
+    if path is None and state is None:
+        raise ValueError(
+            "evaluate_once needs something to evaluate: state=, checkpoint_path= or checkpoint_dir="
+        )
+    if path is not None and summary_dir is None:
+        summary_dir = os.path.join(os.path.dirname(path), "eval")
+    eval_state = state if state is not None else TrainState()
+
+    for metric in metrics.values():
+        metric.reset()
+    stopper = _StopAfterNEvals(eval_steps)
+    final = FinalOpsHook(final_ops, final_ops_feed_dict) if final_ops is not None else None
+    session_hooks: list[object] = []
+    if path is not None:
+        session_hooks.append(_RestoreFromCheckpoint(path))
+    session_hooks += [*hooks, stopper]
+    if final is not None:
+        session_hooks.append(final)
+    config = TrainingConfig(
+        summary_dir=os.fspath(summary_dir) if summary_dir is not None else None,
+        save_checkpoint_secs=None,
+        save_summaries_steps=None,
+        log_step_count_steps=None,
+    )
+    session = EvaluationSession(
+        eval_state,
+        hooks=session_hooks,
+        scaffold=scaffold,
+        disable_plugins=disable_plugins,
+        plugin_options=plugin_options,
+        training_config=config,
+    )
+    values: dict[str, float] = {}
+    async with session as sess:
+        iterator = _batches(input)
+        while not sess.should_stop():
+            before = sum(metric.updates for metric in metrics.values())
+            try:
+                if iterator is None:
+                    await sess.run(eval_fn, metrics=metrics)
+                else:
+                    batch = await iterator.next()
+                    if batch is _END:
+                        break
+                    await sess.run(eval_fn, batch, metrics=metrics)
+            except (StopIteration, StopAsyncIteration, OutOfRangeError):
+                break
+            if sum(metric.updates for metric in metrics.values()) == before:
+                raise NoMetricUpdatesError(
+                    f"eval step {_name(eval_fn)} updated none of the metrics "
+                    f"{sorted(metrics)} in eval step {stopper.done} (global step "
+                    f"{sess.state.global_step}); call metrics[name].update(...) in it"
+                )
+        values = {key: metric.result() for key, metric in metrics.items()}
+        step = sess.state.global_step
+        if sess.has_summary_sinks:
+            await sess.write_summaries(step, values)
+    log.info(
+        "Evaluation of step %d (%d eval steps): %s",
+        step,
+        stopper.done,
+        ", ".join(f"{k} = {v:.6g}" for k, v in values.items()),
+    )
+    return EvaluationResult(
+        metrics=values,
+        global_step=step,
+        steps=stopper.done,
+        checkpoint_path=path,
+        final_ops_values=final.final_ops_values if final is not None else None,
+    )
+
+
+#: What :meth:`_Batches.next` returns at the end of the input.
+_END: Any = object()
+
+
+class _Batches:
+    """Next item of a sync or async iterable, awaited either way."""
+
+    __slots__ = ("_async", "_iterator")
+
+    def __init__(self, source: Iterable[Any] | AsyncIterable[Any]) -> None:
+        self._async = hasattr(source, "__aiter__")
+        self._iterator: Any = (
+            source.__aiter__() if isinstance(source, AsyncIterable) else iter(source)
+        )
+
+    async def next(self) -> Any:
+        """The next batch, or :data:`_END` at the end of the input."""
+        if self._async:
+            try:
+                return await self._iterator.__anext__()
+            except StopAsyncIteration:
+                return _END
+        return next(self._iterator, _END)
+
+
+def _batches(source: Iterable[Any] | AsyncIterable[Any] | None) -> _Batches | None:
+    return None if source is None else _Batches(source)
+
+
+async def evaluate_repeatedly(
+    checkpoint_dir: str | os.PathLike[str],
+    eval_fn: StepFn,
+    metrics: Mapping[str, Metric],
+    *,
+    input_fn: Callable[[], Iterable[Any] | AsyncIterable[Any]] | None = None,
+    state_fn: Callable[[], TrainState] | None = None,
+    eval_interval_secs: float = 60,
+    timeout: float | None = None,  # noqa: ASYNC109 - TF1's argument: no new checkpoint for this long
+    timeout_fn: Callable[[], bool] | None = None,
+    max_number_of_evaluations: int | None = None,
+    poll_secs: float = 1.0,
+    on_result: Callable[[EvaluationResult], Any] | None = None,
+    **kwargs: Any,
+) -> list[EvaluationResult]:
+    """Evaluate each new checkpoint of ``checkpoint_dir`` once, as training writes them.
+
+    TF1's ``evaluate_repeatedly``: follows the directory with the checkpoint
+    plugin's ``checkpoints_iterator`` (a new checkpoint at most every
+    ``eval_interval_secs``; ends after ``timeout`` seconds without one unless
+    ``timeout_fn()`` says to go on) and stops after ``max_number_of_evaluations``.
+    Each evaluation is :func:`evaluate_once` on a fresh state (``state_fn()``, or
+    an empty one filled from the checkpoint) and a fresh input (``input_fn()``);
+    ``kwargs`` go to it. ``on_result(result)`` (sync or async) sees each result
+    as it comes; all are returned. A checkpoint deleted before it could be read
+    (training keeps only the newest few) is skipped with a warning.
+    """
+    if max_number_of_evaluations is not None and max_number_of_evaluations <= 0:
+        raise ValueError(
+            f"max_number_of_evaluations must be positive or None, got {max_number_of_evaluations}"
+        )
+    checkpoint = _checkpoint_module("follow a checkpoint directory")
+    results: list[EvaluationResult] = []
+    iterator = checkpoint.checkpoints_iterator(
+        checkpoint_dir, eval_interval_secs, timeout, timeout_fn, poll_secs=poll_secs
+    )
+    async for path in iterator:
+        try:
+            result = await evaluate_once(
+                eval_fn,
+                metrics,
+                input=input_fn() if input_fn is not None else None,
+                state=state_fn() if state_fn is not None else None,
+                checkpoint_path=path,
+                **kwargs,
+            )
+        except checkpoint.CheckpointNotFoundError as exc:
+            log.warning("Checkpoint %s disappeared before it was evaluated: %s", path, exc)
+            continue
+        results.append(result)
+        if on_result is not None:
+            done = on_result(result)
+            if inspect.isawaitable(done):
+                await done
+        if max_number_of_evaluations is not None and len(results) >= max_number_of_evaluations:
+            log.info("Evaluated %d checkpoints: done", len(results))
+            break
+    return results

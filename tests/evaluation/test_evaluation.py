@@ -1,0 +1,240 @@
+"""evaluate_once, evaluate_repeatedly and evaluation inside training."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import monitored
+from monitored import metrics as m
+from monitored.evaluation import (
+    EvaluationFailedError,
+    EvaluationHook,
+    NoCheckpointError,
+    NoMetricUpdatesError,
+    evaluate_once,
+    evaluate_repeatedly,
+)
+from monitored_checkpoint import Saver
+
+DATA = [(np.array([1.0, 2.0]), np.array([2.0, 4.0])), (np.array([3.0]), np.array([6.0]))]
+
+
+def eval_step(state: monitored.TrainState, batch: Any, metrics: Any) -> dict[str, Any]:
+    x, y = batch
+    pred = state["w"][0] * x
+    metrics["mse"].update(y, pred)
+    metrics["mean_pred"].update(pred)
+    return {"pred": pred}
+
+
+def _metrics() -> dict[str, m.Metric]:
+    return {"mse": m.MeanSquaredError(), "mean_pred": m.Mean()}
+
+
+def _save(directory: Path, w: float, step: int) -> str:
+    state = monitored.TrainState({"w": np.array([w])}, global_step=step)
+    return Saver().save(state, str(directory / "model.ckpt"))
+
+
+async def test_evaluates_a_given_state_until_the_input_ends(caplog: Any) -> None:
+    state = monitored.TrainState({"w": np.array([2.0])}, global_step=7)
+    with caplog.at_level(logging.WARNING, logger="monitored"):
+        result = await evaluate_once(eval_step, _metrics(), input=DATA * 6, state=state)
+    assert result.metrics == {"mse": 0.0, "mean_pred": 4.0}
+    assert result.global_step == 7
+    assert result.steps == 12
+    assert result.as_dict()["global_step"] == 7
+    assert "global step has not been increased" not in caplog.text
+
+
+async def test_eval_steps_and_final_ops() -> None:
+    state = monitored.TrainState({"w": np.array([1.0])})
+    result = await evaluate_once(
+        eval_step, _metrics(), input=DATA, state=state, eval_steps=1, final_ops="w"
+    )
+    assert result.steps == 1
+    assert result.metrics["mse"] == pytest.approx((1 + 4) / 2)
+    np.testing.assert_array_equal(result.final_ops_values, [1.0])
+
+
+async def test_restores_the_newest_checkpoint_and_reports_its_step(tmp_path: Path) -> None:
+    _save(tmp_path, 1.0, 10)
+    path = _save(tmp_path, 2.0, 20)
+    result = await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
+    assert result.global_step == 20
+    assert result.checkpoint_path == path
+    assert result.metrics["mse"] == 0.0
+
+
+async def test_summaries_go_to_the_eval_directory_through_the_sink(tmp_path: Path) -> None:
+    _save(tmp_path, 2.0, 5)
+    written: list[tuple[str | None, int, dict[str, float]]] = []
+
+    class Sink:
+        def write_summaries(self, session: Any, step: int, summaries: Any) -> None:
+            config = session.training_config
+            written.append((config.summary_dir, step, dict(summaries)))
+
+    await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path, hooks=[Sink()])
+    assert written == [(str(tmp_path / "eval"), 5, {"mse": 0.0, "mean_pred": 4.0})]
+
+
+async def test_bad_input_is_refused_clearly(tmp_path: Path) -> None:
+    state = monitored.TrainState({"w": np.array([1.0])})
+    with pytest.raises(ValueError, match="eval_steps must be a positive int"):
+        await evaluate_once(eval_step, _metrics(), input=DATA, state=state, eval_steps=0)
+    with pytest.raises(NoCheckpointError, match=str(tmp_path)):
+        await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
+
+    def lazy_step(state: Any, batch: Any, metrics: Any) -> None:
+        return None
+
+    with pytest.raises(NoMetricUpdatesError, match="lazy_step updated none"):
+        await evaluate_once(lazy_step, _metrics(), input=DATA, state=state)
+
+    def bad_shapes(state: Any, batch: Any, metrics: Any) -> None:
+        metrics["mse"].update(np.zeros(3), np.zeros(2))
+
+    with pytest.raises(m.MetricShapeError, match=r"\(3,\).*\(2,\)"):
+        await evaluate_once(bad_shapes, _metrics(), input=DATA, state=state)
+
+
+async def test_without_the_checkpoint_plugin_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "monitored_checkpoint", None)
+    with pytest.raises(monitored.MissingPluginError, match="pip install monitored-checkpoint"):
+        await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
+
+
+async def test_evaluate_repeatedly_evaluates_each_checkpoint_once(tmp_path: Path) -> None:
+    _save(tmp_path, 2.0, 10)
+    seen: list[int] = []
+
+    def on_result(result: Any) -> None:
+        seen.append(result.global_step)
+        if result.global_step == 10:
+            _save(tmp_path, 3.0, 20)
+
+    results = await evaluate_repeatedly(
+        tmp_path,
+        eval_step,
+        _metrics(),
+        input_fn=lambda: DATA,
+        eval_interval_secs=0,
+        timeout=0.5,
+        poll_secs=0.05,
+        on_result=on_result,
+    )
+    assert seen == [10, 20]
+    assert [r.metrics["mean_pred"] for r in results] == [4.0, 6.0]
+
+
+async def test_evaluate_repeatedly_stops_after_max_number_of_evaluations(tmp_path: Path) -> None:
+    _save(tmp_path, 2.0, 10)
+    results = await evaluate_repeatedly(
+        tmp_path,
+        eval_step,
+        _metrics(),
+        input_fn=lambda: DATA,
+        max_number_of_evaluations=1,
+        poll_secs=0.05,
+    )
+    assert len(results) == 1
+
+
+def train_step(state: monitored.TrainState) -> None:
+    state["w"] = state["w"] + 1.0
+    state.global_step += 1
+
+
+async def test_evaluation_inside_training_reaches_the_training_plugins() -> None:
+    reported: list[tuple[int, dict[str, float]]] = []
+
+    class EarlyStopper:
+        def after_evaluate(self, session: Any, step: int, metrics: Any) -> None:
+            reported.append((step, dict(metrics)))
+
+    hook = EvaluationHook(eval_step, _metrics(), input_fn=lambda: DATA, every_n_steps=2)
+    state = monitored.TrainState({"w": np.array([0.0])})
+    async with monitored.MonitoredSession(
+        state, hooks=[hook, EarlyStopper(), monitored.StopAtStepHook(last_step=4)]
+    ) as sess:
+        while not sess.should_stop():
+            await sess.run(train_step)
+    assert [step for step, _ in reported] == [1, 3]
+    assert reported[0][1]["mean_pred"] == pytest.approx(1.0 * 2)
+
+
+async def test_an_evaluation_that_raises_stops_training() -> None:
+    ended: list[int] = []
+
+    class Watch:
+        def end(self, session: Any) -> None:
+            ended.append(session.state.global_step)
+
+    def broken(state: Any, batch: Any, metrics: Any) -> None:
+        raise RuntimeError("eval model is broken")
+
+    hook = EvaluationHook(broken, _metrics(), input_fn=lambda: DATA, every_n_steps=3)
+    state = monitored.TrainState({"w": np.array([0.0])})
+    with pytest.raises(EvaluationFailedError, match="training step 1.*training stops") as info:
+        async with monitored.MonitoredSession(state, hooks=[hook, Watch()]) as sess:
+            while not sess.should_stop():
+                await sess.run(train_step)
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert state.global_step == 1
+    assert ended == []
+
+
+async def test_async_input_and_a_step_ending_the_input() -> None:
+    async def batches() -> Any:
+        for batch in DATA:
+            yield batch
+
+    state = monitored.TrainState({"w": np.array([2.0])})
+    result = await evaluate_once(eval_step, _metrics(), input=batches(), state=state)
+    assert result.steps == 2
+
+    calls: list[int] = []
+
+    def until_three(state: Any, metrics: Any) -> None:
+        if len(calls) == 3:
+            raise monitored.OutOfRangeError("done")
+        calls.append(1)
+        metrics["mean_pred"].update(np.ones(2))
+
+    result = await evaluate_once(until_three, {"mean_pred": m.Mean()}, state=state)
+    assert result.steps == 3
+    assert result.metrics == {"mean_pred": 1.0}
+
+
+async def test_in_training_evaluation_summaries_go_to_the_training_eval_dir(
+    tmp_path: Path,
+) -> None:
+    written: list[tuple[str | None, int]] = []
+
+    class Sink:
+        def write_summaries(self, session: Any, step: int, summaries: Any) -> None:
+            written.append((session.training_config.summary_dir, step))
+
+    hook = EvaluationHook(
+        eval_step, _metrics(), input_fn=lambda: DATA, every_n_steps=100, hooks=[Sink()]
+    )
+    state = monitored.TrainState({"w": np.array([0.0])})
+    async with monitored.MonitoredTrainingSession(
+        state,
+        hooks=[hook, monitored.StopAtStepHook(last_step=1)],
+        summary_dir=str(tmp_path),
+        save_summaries_steps=None,
+        log_step_count_steps=None,
+    ) as sess:
+        while not sess.should_stop():
+            await sess.run(train_step)
+    assert written == [(str(tmp_path / "eval"), 1)]
