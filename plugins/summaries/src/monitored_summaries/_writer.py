@@ -327,6 +327,8 @@ class FileWriterCache:
 def _flush_all_at_exit() -> None:
     """Flush every open writer when the interpreter exits (even after a crash)."""
     for writer in list(_LIVE):
+        if writer.error is not None or writer.closed:
+            continue  # its failure was raised already
         try:
             writer.flush()
         except Exception:  # pragma: no cover - nothing left to raise to
