@@ -21,6 +21,7 @@ Run it with ``python examples/demo.py`` (``--steps``, ``--seed``, ``--checkpoint
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 from typing import Any
 
@@ -114,6 +115,8 @@ class EvalHook:
         acc = await anyio.to_thread.run_sync(accuracy, state, self.x, self.y)
         self.best = max(self.best, acc)
         log.info("step %4d  held-out accuracy %.3f (best %.3f)", state.global_step, acc, self.best)
+        if run_context.session.has_summary_sinks:  # TensorBoard, with monitored-summaries
+            await run_context.session.write_summaries(state.global_step, {"accuracy": acc})
 
     def plugin_state(self) -> dict[str, float]:
         return {"best": self.best}
@@ -144,6 +147,14 @@ async def train(
         ),
         EvalHook(x_test, y_test, every_n_steps=500),
     ]
+    if checkpoint_dir is not None and importlib.util.find_spec("monitored_summaries"):
+        from monitored_summaries import SummarySaverHook  # loss and w1 into runs/demo
+
+        hooks.append(
+            SummarySaverHook(
+                save_steps=100, output_dir=checkpoint_dir, scalars=["loss"], histograms=["w1"]
+            )
+        )
     async with monitored.MonitoredTrainingSession(
         state,
         hooks=hooks,

@@ -1,0 +1,56 @@
+"""The exception classes of ``monitored-summaries``: one class per kind of failure.
+
+Every message names what is at fault: the summary, the step, the path, the problem.
+All derive from :class:`SummaryError`, itself a :class:`monitored.MonitoredError`.
+"""
+
+from __future__ import annotations
+
+from monitored import MonitoredError
+
+__all__ = [
+    "SummaryDirectoryError",
+    "SummaryError",
+    "SummaryNameError",
+    "SummaryReaderError",
+    "SummaryScheduleError",
+    "SummaryValueError",
+    "SummaryWriteError",
+]
+
+
+class SummaryError(MonitoredError):
+    """Base class of every error raised by ``monitored-summaries``."""
+
+
+class SummaryNameError(SummaryError, ValueError):
+    """A summary name is empty or not a string."""
+
+
+class SummaryValueError(SummaryError, ValueError):
+    """A summary value has the wrong type, rank, dtype or contents for its kind."""
+
+
+class SummaryScheduleError(SummaryError, ValueError):
+    """``save_steps`` and ``save_secs`` were both given, or neither, or one is not positive."""
+
+
+class SummaryDirectoryError(SummaryError):
+    """The log directory is a file, cannot be created, or is not writable."""
+
+
+class SummaryWriteError(SummaryError):
+    """Writing or flushing an event file failed (disk full, file removed, permission...).
+
+    Raised from the next step of the session that writes there, or from the next
+    call on the writer; ``path`` is the event file and ``__cause__`` the OS error.
+    """
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        #: The event file that could not be written.
+        self.path = path
+
+
+class SummaryReaderError(SummaryError):
+    """Reading event files needs the ``tensorboard`` package, which is not installed."""

@@ -1,0 +1,344 @@
+"""``SummarySaverHook``: TF1's summary hook, free on the steps that write nothing.
+
+Timing is TF1's: the first step after the session is created is written, then
+one step every ``save_steps`` steps (or ``save_secs`` seconds); with
+``save_steps=3`` and a last step of 7 the steps written are 1, 4 and 7.
+Whether a step is due is decided after the previous step (TF1 predicts the
+next global step the same way), so a step that is not due costs one call of a
+synchronous ``after_run`` that compares two integers: no ``before_run`` (unless
+summaries are fetched by name), no coroutine, no fetch.
+
+The hook also writes TF1's ``SessionLog`` events, which is how TensorBoard shows
+a resumed run as one curve: ``START`` when the session is created (at the step
+the restored run writes first, so points an earlier run wrote past the
+restored checkpoint are purged), ``CHECKPOINT`` after each checkpoint (the core's
+``after_save`` hookspec, called by checkpoint plugins) and ``STOP`` at a normal end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+from tensorboardX.proto.event_pb2 import SessionLog
+from tensorboardX.proto.summary_pb2 import Summary
+from tensorboardX.summary import hparams as hparams_summaries
+
+from monitored import SecondOrStepTimer, SessionRunArgs, to_host
+
+from . import _record
+from ._errors import SummaryDirectoryError, SummaryScheduleError, SummaryValueError
+from ._writer import FileWriter, FileWriterCache, Record
+
+if TYPE_CHECKING:
+    from monitored import Coordinator, MonitoredSession, SessionRunContext, SessionRunValues
+
+__all__ = ["SummarySaverHook"]
+
+log = logging.getLogger("monitored.summaries")
+
+
+class SummarySaverHook:
+    """Writes summaries every ``save_steps`` steps or ``save_secs`` seconds (TF1's timing).
+
+    Args:
+        save_steps: write every this many global steps, or
+        save_secs: every this many seconds (exactly one of the two).
+        output_dir: the log directory; its writer comes from :class:`FileWriterCache`.
+        summary_writer: a :class:`FileWriter` to use instead of ``output_dir``'s.
+        scaffold, summary_op: TF1's arguments; a graph's summary op has no
+            equivalent here (record with ``summaries.scalar(...)`` in the step, or
+            name values in ``scalars``/``histograms``), so only ``None`` is accepted.
+        scalars: names of step outputs or state entries written as scalars on due
+            steps, fetched through ``SessionRunArgs`` on those steps only.
+        histograms: the same, written as histograms.
+        hparams: the run's hyperparameters, for TensorBoard's HParams dashboard.
+        metrics: scalar tags that HParams compares runs by.
+    """
+
+    __slots__ = (
+        "_arm_after",
+        "_coord",
+        "_every_steps",
+        "_final_metrics",
+        "_hparams_written",
+        "_last_written",
+        "_recorder",
+        "_timer",
+        "_writer",
+        "histograms",
+        "hparams",
+        "metrics",
+        "output_dir",
+        "scalars",
+        "summary_writer",
+    )
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> SummarySaverHook:
+        # Only a hook that fetches by name has a before_run: the core calls no
+        # before_run at all for the others, on any step.
+        if cls is SummarySaverHook and (kwargs.get("scalars") or kwargs.get("histograms")):
+            cls = _FetchingSummarySaverHook
+        return object.__new__(cls)
+
+    def __init__(
+        self,
+        save_steps: int | None = None,
+        save_secs: float | None = None,
+        output_dir: str | os.PathLike[str] | None = None,
+        summary_writer: FileWriter | None = None,
+        scaffold: object = None,
+        summary_op: object = None,
+        *,
+        scalars: Iterable[str] = (),
+        histograms: Iterable[str] = (),
+        hparams: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, float] | Sequence[str] = (),
+    ) -> None:
+        if (save_steps is None) == (save_secs is None):
+            raise SummaryScheduleError(
+                "SummarySaverHook: exactly one of save_steps and save_secs should be provided, "
+                f"got save_steps={save_steps!r} and save_secs={save_secs!r}"
+            )
+        if save_steps is not None and (
+            not isinstance(save_steps, int) or isinstance(save_steps, bool) or save_steps < 1
+        ):
+            raise SummaryScheduleError(
+                f"SummarySaverHook: save_steps must be a positive int, got {save_steps!r}"
+            )
+        if save_secs is not None and not save_secs > 0:
+            raise SummaryScheduleError(
+                f"SummarySaverHook: save_secs must be a positive number, got {save_secs!r}"
+            )
+        if output_dir is None and summary_writer is None:
+            raise SummaryDirectoryError(
+                "SummarySaverHook: give output_dir (a log directory) or summary_writer"
+            )
+        if summary_op is not None:
+            raise SummaryValueError(
+                "SummarySaverHook: summary_op has no equivalent here; record summaries with "
+                "monitored_summaries.scalar(...) in the step, or name step outputs in "
+                "scalars=[...]/histograms=[...]"
+            )
+        self.output_dir = os.fspath(output_dir) if output_dir is not None else None
+        self.summary_writer = summary_writer
+        self.scalars = _names("scalars", scalars)
+        self.histograms = _names("histograms", histograms)
+        self.hparams = dict(hparams) if hparams is not None else None
+        self.metrics = metrics
+        self._timer = SecondOrStepTimer(every_secs=save_secs, every_steps=save_steps)
+        self._every_steps = save_steps
+        self._arm_after = 0
+        self._last_written: int | None = None
+        self._recorder: _record.Recorder | None = None
+        self._writer: FileWriter | None = None
+        self._coord: Coordinator | None = None
+        self._hparams_written = False
+        self._final_metrics: dict[str, float] = {}
+
+    @property
+    def writer(self) -> FileWriter | None:
+        """The writer in use (set when the session begins)."""
+        return self._writer
+
+    # -- hooks ------------------------------------------------------------------------------------
+    def begin(self, session: MonitoredSession) -> None:
+        # Fails now, naming the directory, not at the first write.
+        if self.summary_writer is not None:
+            self._writer = self.summary_writer
+        else:
+            assert self.output_dir is not None
+            self._writer = FileWriterCache.get(self.output_dir)
+        self._timer.reset()
+        self._last_written = None
+
+    def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
+        writer = self._require_writer()
+        if self._coord is not None:
+            writer.remove_error_listener(self._coord.request_stop)
+        self._coord = coord
+        writer.add_error_listener(coord.request_stop)
+        self._disarm()
+        # The step the first run writes: TensorBoard drops what an earlier run wrote
+        # from that step on (purge of orphaned data).
+        first = session.state.global_step + 1
+        writer.add_session_log(SessionLog(status=SessionLog.START), first)
+        if self.hparams is not None:
+            _record.hparams(self.hparams, self.metrics)
+        self._write_hparams(first)
+        self._arm(first)
+        coord.start_soon(self._flush_when_stopped, coord)
+
+    def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
+        # Sync on purpose: on a step that is not due nothing is made, fetched or awaited.
+        recorder = self._recorder
+        if recorder is None:
+            step = run_context.session.state.global_step
+            if step >= self._arm_after and self._timer.should_trigger_for_step(step + 1):
+                self._arm(step + 1)
+            return
+        self._write_step(run_context.session, recorder, run_values.results)
+
+    def end(self, session: MonitoredSession) -> Any:
+        return self._end(session)
+
+    async def _end(self, session: MonitoredSession) -> None:
+        writer = self._require_writer()
+        self._disarm()
+        step = session.state.global_step
+        try:
+            if self._last_written != step and session.last_outputs:
+                # TF1 writes the end step: the values named in scalars/histograms can
+                # still be fetched (what the step recorded itself was not due).
+                fetched = self._fetches()
+                if fetched:
+                    self._write(step, [], self._fetched_records(session.fetch(fetched)))
+            self._write_hparams(step, end=True)
+            writer.add_session_log(SessionLog(status=SessionLog.STOP), step)
+            await anyio.to_thread.run_sync(writer.flush)
+        finally:
+            if self._coord is not None:
+                writer.remove_error_listener(self._coord.request_stop)
+                self._coord = None
+
+    def write_summaries(
+        self, session: MonitoredSession, step: int, summaries: Mapping[str, Any]
+    ) -> None:
+        """The core's summary sink: ``global_step/sec`` and other hooks' values."""
+        if self._writer is None:
+            return
+        records: list[Record] = []
+        for tag, value in summaries.items():
+            kind = "scalar" if _record_size(value) == 1 else "histogram"
+            records.append((kind, tag, value, {}))
+        self._write(step, records, [])
+
+    def after_save(self, session: MonitoredSession, step: int, path: str) -> None:
+        """TF1's ``SessionLog.CHECKPOINT``, after each checkpoint a checkpoint plugin wrote."""
+        if self._writer is not None:
+            log_entry = SessionLog(status=SessionLog.CHECKPOINT, checkpoint_path=str(path))
+            self._writer.add_session_log(log_entry, step)
+
+    # -- writing ------------------------------------------------------------------------------
+    def _arm(self, step: int) -> None:
+        self._recorder = _record.arm(step)
+
+    def _disarm(self) -> None:
+        if self._recorder is not None:
+            _record.disarm(self._recorder)
+            self._recorder = None
+
+    def _write_step(
+        self, session: MonitoredSession, recorder: _record.Recorder, results: Any
+    ) -> None:
+        _record.disarm(recorder)
+        self._recorder = None
+        step = session.state.global_step
+        fetched = self._fetched_records(results) if results is not None else []
+        self._write(step, recorder.records, fetched)
+        self._write_hparams(step)
+        self._timer.update_last_triggered_step(step)
+        self._last_written = step
+        if self._every_steps is not None:
+            self._arm_after = step + self._every_steps - 1
+        if self._timer.should_trigger_for_step(step + 1):
+            self._arm(step + 1)
+
+    def _write(self, step: int, records: Sequence[Record], host_records: Sequence[Record]) -> None:
+        """Queue ``records`` (moved to host in one transfer) and ``host_records``."""
+        writer = self._require_writer()
+        if records:
+            host = to_host([value for _, _, value, _ in records])
+            writer.add_records(step, list(records), host)
+        if host_records:
+            writer.add_records(step, list(host_records), [r[2] for r in host_records])
+
+    def _fetches(self) -> dict[str, dict[str, str]]:
+        fetches = {}
+        if self.scalars:
+            fetches["scalars"] = {name: name for name in self.scalars}
+        if self.histograms:
+            fetches["histograms"] = {name: name for name in self.histograms}
+        return fetches
+
+    @staticmethod
+    def _fetched_records(results: Mapping[str, Mapping[str, Any]]) -> list[Record]:
+        records: list[Record] = []
+        for name, value in results.get("scalars", {}).items():
+            records.append(("scalar", name, value, {}))
+        for name, value in results.get("histograms", {}).items():
+            records.append(("histogram", name, value, {}))
+        return records
+
+    def _write_hparams(self, step: int, *, end: bool = False) -> None:
+        """Write hyperparameters recorded since the last write; at the end, close them."""
+        writer = self._require_writer()
+        for values, metrics in _record.take_hparams():
+            experiment, start_info, _ = hparams_summaries(values, dict.fromkeys(metrics))
+            writer.add_summary(experiment, step)
+            writer.add_summary(start_info, step)
+            self._hparams_written = True
+            self._final_metrics.update({k: v for k, v in metrics.items() if v is not None})
+        if end and self._hparams_written:
+            if self._final_metrics:
+                final = [
+                    Summary.Value(tag=k, simple_value=v) for k, v in self._final_metrics.items()
+                ]
+                writer.add_summary(Summary(value=final), step)
+            _, _, end_info = hparams_summaries({}, {})
+            writer.add_summary(end_info, step)
+            self._hparams_written = False
+            self._final_metrics = {}
+
+    def _require_writer(self) -> FileWriter:
+        if self._writer is None:
+            raise RuntimeError("SummarySaverHook: begin was not called")
+        return self._writer
+
+    async def _flush_when_stopped(self, coord: Coordinator) -> None:
+        """Flush however the session ends: a crash leaves every event before it readable."""
+        try:
+            await coord.wait_for_stop()
+        finally:
+            writer = self._writer
+            if writer is not None and writer.error is None and not writer.closed:
+                with contextlib.suppress(Exception):
+                    writer.flush()
+
+    def __repr__(self) -> str:
+        where = self.output_dir if self.output_dir is not None else self.summary_writer
+        return f"<{type(self).__name__} {where}>"
+
+
+class _FetchingSummarySaverHook(SummarySaverHook):
+    """A :class:`SummarySaverHook` with ``scalars``/``histograms``: fetches on due steps."""
+
+    __slots__ = ()
+
+    def before_run(self, run_context: SessionRunContext) -> SessionRunArgs | None:
+        if self._recorder is None:
+            return None
+        return SessionRunArgs(self._fetches())
+
+
+def _names(argument: str, names: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(names, str):
+        raise SummaryValueError(
+            f"SummarySaverHook: {argument} must be a list of names, got the string {names!r}"
+        )
+    checked = tuple(names)
+    for name in checked:
+        if not isinstance(name, str) or not name:
+            raise SummaryValueError(
+                f"SummarySaverHook: {argument} must hold non-empty names, got {name!r}"
+            )
+    return checked
+
+
+def _record_size(value: Any) -> int:
+    size = getattr(value, "size", None)
+    return int(size) if size is not None else 1

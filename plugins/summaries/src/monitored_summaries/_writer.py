@@ -1,0 +1,354 @@
+"""``FileWriter``: TF1's event-file writer on tensorboardX, with errors that surface.
+
+tensorboardX's ``EventsWriter`` does the file format (TFRecord framing, CRCs,
+the ``brain.Event:2`` header); this module adds what TF1's ``FileWriter`` promised
+and tensorboardX's own queue does not keep: a failure in the writing thread is
+never lost (it is raised from the next call, and handed to error listeners such
+as a session's coordinator), a file or directory removed under the writer is
+noticed at the next flush, and ``flush`` returns only once everything queued
+before it is on disk.
+
+Encoding (histogram buckets, PNG, WAV) also happens in the writer's thread: the
+step loop only queues host values.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, final
+
+from tensorboardX.event_file_writer import EventsWriter
+from tensorboardX.proto.event_pb2 import Event, SessionLog
+from tensorboardX.proto.summary_pb2 import Summary
+
+from ._encode import encode
+from ._errors import SummaryDirectoryError, SummaryReaderError, SummaryWriteError
+
+__all__ = ["FileWriter", "FileWriterCache", "SummaryWriter", "summary_iterator"]
+
+log = logging.getLogger("monitored.summaries")
+
+#: A record of one step: (kind, name, value, extra arguments).
+Record = tuple[str, str, Any, dict[str, Any]]
+
+_LIVE: Final[weakref.WeakSet[FileWriter]] = weakref.WeakSet()
+_SEQUENCE = iter(range(1 << 62))
+
+
+@final
+class _Flush:
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+_CLOSE: Final = object()
+
+
+def check_logdir(logdir: str) -> None:
+    """Create ``logdir`` if needed; fail now, naming it, if it cannot hold event files."""
+    if os.path.exists(logdir) and not os.path.isdir(logdir):
+        raise SummaryDirectoryError(f"summary log directory {logdir!r} is a file, not a directory")
+    try:
+        os.makedirs(logdir, exist_ok=True)
+    except OSError as exc:
+        raise SummaryDirectoryError(
+            f"cannot create summary log directory {logdir!r}: {exc.strerror or exc}"
+        ) from exc
+    if not os.access(logdir, os.W_OK | os.X_OK):
+        raise SummaryDirectoryError(f"summary log directory {logdir!r} is not writable")
+
+
+class FileWriter:
+    """Writes ``Event`` protos to a new event file in ``logdir``, in a background thread.
+
+    TF1's ``tf.summary.FileWriter`` (also exported as :class:`SummaryWriter`): at most
+    ``max_queue`` events wait in memory, and the file is flushed at least every
+    ``flush_secs`` seconds and on :meth:`flush` and :meth:`close`. A failure to write
+    is raised from the next call (as :class:`SummaryWriteError`, naming the file and
+    the cause) and handed to every listener added with :meth:`add_error_listener`.
+    """
+
+    def __init__(
+        self,
+        logdir: str | os.PathLike[str],
+        max_queue: int = 10,
+        flush_secs: float = 120,
+        filename_suffix: str = "",
+    ) -> None:
+        if max_queue < 1:
+            raise ValueError(f"max_queue must be >= 1, got {max_queue}")
+        if flush_secs < 0:
+            raise ValueError(f"flush_secs must be >= 0, got {flush_secs}")
+        self._logdir = os.fspath(logdir)
+        check_logdir(self._logdir)
+        # The time in nanoseconds and the pid in the suffix: files of runs that start
+        # within one second in one directory still sort in the order they were made
+        # (TensorBoard reads a directory's files in name order).
+        suffix = f".{time.time_ns():020d}.{os.getpid()}.{next(_SEQUENCE)}{filename_suffix}"
+        try:
+            self._events = EventsWriter(os.path.join(self._logdir, "events"), suffix)
+        except OSError as exc:
+            raise SummaryDirectoryError(
+                f"cannot create an event file in {self._logdir!r}: {exc.strerror or exc}"
+            ) from exc
+        #: The event file this writer appends to.
+        self.path: str = self._events._file_name
+        self._flush_secs = flush_secs
+        self._queue: queue.Queue[Any] = queue.Queue(max_queue)
+        self._error: SummaryWriteError | None = None
+        self._listeners: list[Callable[[SummaryWriteError], None]] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._thread = threading.Thread(
+            target=self._work, name=f"summary-writer {self.path}", daemon=True
+        )
+        self._thread.start()
+        _LIVE.add(self)
+
+    # -- TF1's API ------------------------------------------------------------------------------
+    def get_logdir(self) -> str:
+        """The directory this writer writes to."""
+        return self._logdir
+
+    def add_summary(self, summary: Summary | bytes, global_step: int | None = None) -> None:
+        """Queue a ``Summary`` proto (or its serialized bytes) for ``global_step``."""
+        if isinstance(summary, bytes):
+            summary = Summary.FromString(summary)
+        event = Event(summary=summary)
+        if global_step is not None:
+            event.step = int(global_step)
+        self.add_event(event)
+
+    def add_session_log(self, session_log: SessionLog, global_step: int | None = None) -> None:
+        """Queue a ``SessionLog`` (START, CHECKPOINT or STOP) for ``global_step``."""
+        event = Event(session_log=session_log)
+        if global_step is not None:
+            event.step = int(global_step)
+        self.add_event(event)
+
+    def add_event(self, event: Event) -> None:
+        """Queue an ``Event``; its ``wall_time`` is set to now when it has none."""
+        if not event.wall_time:
+            event.wall_time = time.time()
+        self._put(event)
+
+    def add_records(self, step: int, records: Sequence[Record], host: Sequence[Any]) -> None:
+        """Queue one step's recorded summaries, to be encoded in the writer's thread."""
+        self._put((int(step), time.time(), records, host))
+
+    def flush(self) -> None:
+        """Write everything queued so far to disk; return once it is there."""
+        self._raise_error()
+        if self._closed:
+            return
+        marker = _Flush()
+        self._put(marker)
+        while not marker.done.wait(0.1):
+            if not self._thread.is_alive():  # pragma: no cover - the thread never dies silently
+                break
+        self._raise_error()
+
+    def close(self) -> None:
+        """Flush, stop the thread and close the file; later calls do nothing."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._queue.put(_CLOSE)
+            self._thread.join()
+        finally:
+            _LIVE.discard(self)
+        self._raise_error()
+
+    def reopen(self) -> None:
+        """TF1's ``reopen``: here a closed writer stays closed; make a new one instead."""
+        if self._closed:
+            raise SummaryWriteError(
+                f"the writer of {self.path} is closed; make a new FileWriter (or use "
+                "FileWriterCache.get) to write to that directory again",
+                path=self.path,
+            )
+
+    # -- errors ------------------------------------------------------------------------------
+    @property
+    def error(self) -> SummaryWriteError | None:
+        """The failure that stopped this writer, if one did."""
+        return self._error
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def add_error_listener(self, listener: Callable[[SummaryWriteError], None]) -> None:
+        """Call ``listener(error)`` (from the writer's thread) when writing fails."""
+        self._listeners.append(listener)
+        if self._error is not None:
+            listener(self._error)
+
+    def remove_error_listener(self, listener: Callable[[SummaryWriteError], None]) -> None:
+        """Stop calling ``listener``."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _put(self, item: Any) -> None:
+        self._raise_error()
+        if self._closed:
+            raise SummaryWriteError(f"the writer of {self.path} is closed", path=self.path)
+        self._queue.put(item)
+
+    # -- the writer's thread ----------------------------------------------------------------------
+    def _work(self) -> None:
+        next_flush = time.monotonic() + self._flush_secs
+        pending = False
+        while True:
+            timeout = max(0.0, next_flush - time.monotonic()) if pending else None
+            try:
+                item = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                item = None
+            try:
+                if item is _CLOSE:
+                    if self._error is None:
+                        self._flush_file()
+                    self._events.close()
+                    return
+                if isinstance(item, _Flush):
+                    if self._error is None:
+                        self._flush_file()
+                        pending = False
+                    item.done.set()
+                    continue
+                if item is not None and self._error is None:
+                    self._write(item)
+                    pending = True
+                if pending and self._error is None and time.monotonic() >= next_flush:
+                    self._flush_file()
+                    pending = False
+                    next_flush = time.monotonic() + self._flush_secs
+            except Exception as exc:
+                self._fail(exc)
+                if isinstance(item, _Flush):
+                    item.done.set()
+
+    def _write(self, item: Any) -> None:
+        if isinstance(item, Event):
+            self._events.write_event(item)
+            return
+        step, wall_time, records, host = item
+        summary = encode(records, host, step)
+        self._events.write_event(Event(wall_time=wall_time, step=step, summary=summary))
+
+    def _flush_file(self) -> None:
+        self._events.flush()
+        if not os.path.exists(self.path):
+            raise FileNotFoundError(f"the event file was removed while being written: {self.path}")
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._error is not None:
+            return
+        if isinstance(exc, SummaryWriteError):
+            error = exc
+        elif isinstance(exc, OSError):
+            cause = exc.strerror or str(exc)
+            error = SummaryWriteError(
+                f"writing summaries to {self.path} failed: {cause}", path=self.path
+            )
+            error.__cause__ = exc
+        else:  # an encoding failure (a NaN histogram): keep its class and message
+            exc.add_note(f"while writing summaries to {self.path}")
+            error = SummaryWriteError(f"{exc} (writing to {self.path})", path=self.path)
+            error.__cause__ = exc
+        self._error = error
+        log.error("%s", error)
+        for listener in list(self._listeners):
+            try:
+                listener(error)
+            except Exception:  # pragma: no cover - a listener must not kill the thread
+                log.exception("summary writer error listener %r failed", listener)
+
+    def __repr__(self) -> str:
+        status = "failed" if self._error else "closed" if self._closed else "open"
+        return f"<FileWriter {self.path} {status}>"
+
+
+#: TF2's name for the same writer (tensorboardX's too).
+SummaryWriter = FileWriter
+
+
+@final
+class FileWriterCache:
+    """One :class:`FileWriter` per log directory, shared by everything that writes there.
+
+    TF1's ``FileWriterCache``: every writer of a directory appends to one event
+    file, which TensorBoard reads better than several files written at once.
+    A writer that was closed or failed is replaced by a fresh one.
+    """
+
+    _writers: dict[str, FileWriter] = {}  # noqa: RUF012 (a process-wide cache, on purpose)
+    _lock = threading.Lock()
+
+    @classmethod
+    def get(cls, logdir: str | os.PathLike[str]) -> FileWriter:
+        """The writer of ``logdir``, made on first use."""
+        key = os.path.abspath(os.fspath(logdir))
+        with cls._lock:
+            writer = cls._writers.get(key)
+            if writer is None or writer.closed or writer.error is not None:
+                writer = cls._writers[key] = FileWriter(os.fspath(logdir))
+            return writer
+
+    @classmethod
+    def clear(cls) -> None:
+        """Close and forget every cached writer (errors of failed writers are dropped)."""
+        with cls._lock:
+            writers, cls._writers = list(cls._writers.values()), {}
+        for writer in writers:
+            with contextlib.suppress(SummaryWriteError):
+                writer.close()
+
+
+@atexit.register
+def _flush_all_at_exit() -> None:
+    """Flush every open writer when the interpreter exits (even after a crash)."""
+    for writer in list(_LIVE):
+        if writer.error is not None or writer.closed:
+            continue  # its failure was raised already
+        try:
+            writer.flush()
+        except Exception:  # pragma: no cover - nothing left to raise to
+            log.exception("flushing %r at exit failed", writer)
+
+
+def summary_iterator(path: str | os.PathLike[str]) -> Iterator[Any]:
+    """Yield the ``Event`` protos of an event file in order (TF1's ``summary_iterator``).
+
+    Reads with the ``tensorboard`` package's event-file loader (the reader
+    TensorBoard itself uses); install ``monitored-summaries[read]`` or
+    ``tensorboard``. A file cut short by a crash yields every complete event.
+    """
+    try:
+        from tensorboard.backend.event_processing.event_file_loader import (
+            LegacyEventFileLoader,
+        )
+    except ImportError as exc:
+        raise SummaryReaderError(
+            "reading event files needs the 'tensorboard' package "
+            "(pip install monitored-summaries[read])"
+        ) from exc
+    yield from LegacyEventFileLoader(os.fspath(path)).Load()

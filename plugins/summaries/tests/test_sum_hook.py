@@ -1,0 +1,244 @@
+"""SummarySaverHook: TF1's timing, SessionLog events, declarative fetches, the core's sink."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+import monitored_summaries as summaries
+from monitored import (
+    MissingPluginError,
+    MonitoredSession,
+    MonitoredTrainingSession,
+    StepCounterHook,
+    StopAtStepHook,
+    TrainState,
+)
+from monitored_summaries import SummarySaverHook, SummaryScheduleError
+
+pytestmark = pytest.mark.anyio
+
+
+def step(state: TrainState) -> dict[str, Any]:
+    state.global_step += 1
+    summaries.scalar("loss", 1.0 / state.global_step)
+    return {"lr": np.float32(0.5), "out": np.arange(4.0)}
+
+
+async def train(hooks: list[object], last_step: int, **kwargs: Any) -> TrainState:
+    state = TrainState({"w": np.ones(3)})
+    async with MonitoredSession(state, hooks=[StopAtStepHook(last_step=last_step), *hooks]) as s:
+        while not s.should_stop():
+            await s.run(step, **kwargs)
+    return state
+
+
+async def test_tf1_timing_save_steps_3_last_step_7_writes_1_4_7(
+    logdir: str, events: Any, scalars: Any
+) -> None:
+    await train([SummarySaverHook(save_steps=3, output_dir=logdir)], 7)
+    assert [s for s, _ in scalars(events(logdir))["loss"]] == [1, 4, 7]
+
+
+async def test_file_starts_with_version_then_start_and_ends_with_stop(
+    logdir: str, events: Any
+) -> None:
+    await train([SummarySaverHook(save_steps=1, output_dir=logdir)], 3)
+    evs = events(logdir)
+    assert evs[0].file_version == "brain.Event:2"
+    logs = [(e.step, e.session_log.status) for e in evs if e.HasField("session_log")]
+    assert logs == [(1, 1), (3, 2)]  # START before the first step written, STOP at the end
+
+
+async def test_steps_that_are_not_due_never_look_at_the_values(logdir: str) -> None:
+    seen = []
+
+    def lazy_step(state: TrainState) -> None:
+        state.global_step += 1
+        # Not an array: an error on a due step, nothing at all on the others.
+        if state.global_step not in (1, 5):
+            summaries.scalar("x", object())
+            summaries.histogram("", "not even a name")
+            summaries.image("img", None)
+        seen.append(state.global_step)
+
+    state = TrainState()
+    hooks = [StopAtStepHook(last_step=6), SummarySaverHook(save_steps=4, output_dir=logdir)]
+    async with MonitoredSession(state, hooks=hooks) as s:
+        while not s.should_stop():
+            await s.run(lazy_step)
+    assert seen == [1, 2, 3, 4, 5, 6]
+
+
+async def test_nested_and_async_steps_record(logdir: str, scalars: Any, events: Any) -> None:
+    def inner(value: float) -> None:
+        summaries.scalar("nested", value)
+
+    async def async_step(state: TrainState) -> None:
+        state.global_step += 1
+        inner(float(state.global_step))
+
+    state = TrainState()
+    hooks = [StopAtStepHook(last_step=4), SummarySaverHook(save_steps=2, output_dir=logdir)]
+    async with MonitoredSession(state, hooks=hooks) as s:
+        while not s.should_stop():
+            await s.run(async_step)
+    assert scalars(events(logdir))["nested"] == [(1, 1.0), (3, 3.0)]
+
+
+async def test_declarative_scalars_and_histograms_fetched_on_due_steps_only(
+    logdir: str, events: Any, scalars: Any
+) -> None:
+    hook = SummarySaverHook(save_steps=2, output_dir=logdir, scalars=["lr"], histograms=["w"])
+    await train([hook], 4)
+    evs = events(logdir)
+    assert [s for s, _ in scalars(evs)["lr"]] == [1, 3, 4]  # the end step is always written
+    histos = [(e.step, v.histo.num) for e in evs for v in e.summary.value if v.tag == "w"]
+    assert histos == [(1, 3), (3, 3), (4, 3)]
+
+
+async def test_a_hook_without_fetches_has_no_before_run(logdir: str) -> None:
+    assert not hasattr(SummarySaverHook(save_steps=1, output_dir=logdir), "before_run")
+    assert hasattr(SummarySaverHook(save_steps=1, output_dir=logdir, scalars=["x"]), "before_run")
+
+
+async def test_global_step_per_sec_reaches_the_event_file(
+    logdir: str, events: Any, scalars: Any
+) -> None:
+    hooks = [StepCounterHook(every_n_steps=2), SummarySaverHook(save_steps=10, output_dir=logdir)]
+    await train(hooks, 5)
+    assert [s for s, _ in scalars(events(logdir))["global_step/sec"]] == [3, 5]
+
+
+async def test_non_finite_scalars_are_written_as_tf_writes_them(
+    logdir: str, events: Any, scalars: Any
+) -> None:
+    def nan_step(state: TrainState) -> None:
+        state.global_step += 1
+        summaries.scalar("nan", float("nan"))
+        summaries.scalar("inf", np.float32(-np.inf))
+
+    state = TrainState()
+    hooks = [StopAtStepHook(last_step=1), SummarySaverHook(save_steps=1, output_dir=logdir)]
+    async with MonitoredSession(state, hooks=hooks) as s:
+        await s.run(nan_step)
+    found = scalars(events(logdir))
+    assert math.isnan(found["nan"][0][1])
+    assert found["inf"][0][1] == -math.inf
+
+
+async def test_checkpoint_plugin_saves_become_session_log_checkpoint(
+    tmp_path: Any, events: Any
+) -> None:
+    directory = str(tmp_path / "run")
+    state = TrainState({"w": np.ones(3)})
+    async with MonitoredTrainingSession(
+        state,
+        checkpoint_dir=directory,
+        save_checkpoint_steps=2,
+        save_summaries_steps=1,
+        hooks=[StopAtStepHook(last_step=4)],
+    ) as s:
+        while not s.should_stop():
+            await s.run(step)
+    evs = events(directory)
+    checkpoints = [
+        (e.step, e.session_log.checkpoint_path)
+        for e in evs
+        if e.HasField("session_log") and e.session_log.status == 3
+    ]
+    assert [s for s, _ in checkpoints] == [0, 2, 4]
+    assert all(path.endswith(f"model.ckpt-{s}") for s, path in checkpoints)
+
+
+async def test_monitored_training_session_writes_summaries_on_the_chief(
+    tmp_path: Any, events: Any, scalars: Any
+) -> None:
+    directory = str(tmp_path / "run")
+    summary_dir = str(tmp_path / "summaries")
+    state = TrainState({"w": np.ones(3)})
+    async with MonitoredTrainingSession(
+        state,
+        checkpoint_dir=directory,
+        summary_dir=summary_dir,
+        save_summaries_steps=2,
+        log_step_count_steps=2,
+        hooks=[StopAtStepHook(last_step=5)],
+    ) as s:
+        while not s.should_stop():
+            await s.run(step)
+    found = scalars(events(summary_dir))
+    assert [s for s, _ in found["loss"]] == [1, 3, 5]
+    assert [s for s, _ in found["global_step/sec"]] == [3, 5]
+
+
+@pytest.mark.parametrize("switch", [0, None])
+async def test_save_summaries_steps_0_or_none_is_off(tmp_path: Any, switch: int | None) -> None:
+    directory = tmp_path / "run"
+    state = TrainState({"w": np.ones(3)})
+    async with MonitoredTrainingSession(
+        state,
+        checkpoint_dir=str(directory),
+        save_summaries_steps=switch,
+        hooks=[StopAtStepHook(last_step=2)],
+    ) as s:
+        while not s.should_stop():
+            await s.run(step)
+    assert not list(directory.glob("events.out.tfevents.*"))
+
+
+async def test_workers_write_nothing(tmp_path: Any, caplog: Any) -> None:
+    directory = tmp_path / "run"
+    directory.mkdir()
+    state = TrainState({"w": np.ones(3)})
+    session = MonitoredTrainingSession(
+        state,
+        is_chief=False,
+        checkpoint_dir=str(directory),
+        save_summaries_steps=1,
+        hooks=[StopAtStepHook(last_step=2)],
+        max_wait_secs=0,
+    )
+    assert "summaries" not in {info.name for info in session.plugins}
+    assert not list(directory.glob("events.out.tfevents.*"))
+
+
+async def test_asking_for_summaries_with_the_plugin_disabled_names_the_package(
+    tmp_path: Any,
+) -> None:
+    with pytest.raises(
+        MissingPluginError, match="'summaries' plugin provides, but it is disabled"
+    ) as info:
+        async with MonitoredTrainingSession(
+            TrainState(),
+            checkpoint_dir=str(tmp_path),
+            save_summaries_steps=10,
+            disable_plugins=["summaries"],
+        ):
+            pass
+    assert info.value.distribution == "monitored-summaries"
+
+
+def test_save_steps_and_save_secs_both_or_neither(logdir: str) -> None:
+    with pytest.raises(SummaryScheduleError, match="exactly one of save_steps and save_secs"):
+        SummarySaverHook(save_steps=1, save_secs=1.0, output_dir=logdir)
+    with pytest.raises(SummaryScheduleError, match="exactly one of save_steps and save_secs"):
+        SummarySaverHook(output_dir=logdir)
+    with pytest.raises(SummaryScheduleError, match="save_steps must be a positive int, got 0"):
+        SummarySaverHook(save_steps=0, output_dir=logdir)
+
+
+async def test_save_secs_writes_the_first_step(logdir: str, events: Any, scalars: Any) -> None:
+    await train([SummarySaverHook(save_secs=3600, output_dir=logdir)], 3)
+    assert [s for s, _ in scalars(events(logdir))["loss"]] == [1]
+
+
+async def test_loaded_plugin_is_listed(caplog: Any, tmp_path: Any) -> None:
+    caplog.set_level(logging.INFO, logger="monitored")
+    async with MonitoredSession(TrainState()):
+        pass
+    assert "summaries" in caplog.text
