@@ -151,6 +151,7 @@ async def test_a_plugin_that_fails_to_import_names_plugin_and_distribution(
     message = str(info.value)
     assert "plugin 'broken' (distribution monitored-broken 2.1) failed to import" in message
     assert "ModuleNotFoundError" in message
+    assert "set MONITORED_DISABLE_PLUGINS=broken" in message
     assert info.value.plugin == "broken"
     assert info.value.distribution == "monitored-broken"
 

@@ -1063,3 +1063,75 @@ async def test_a_step_context_stop_is_logged(
     async with monitored.MonitoredSession(state) as sess:
         await sess.run_step_fn(step_fn)
     assert "Stopping after step 0: stop requested by step function step_fn" in caplog.messages
+
+
+async def test_a_sync_hook_calling_session_run_is_refused_at_once(state: TrainState) -> None:
+    """TF1 hooks called ``run_context.session.run(...)``; the coroutine was silently dropped."""
+
+    class TF1Habit(monitored.SessionRunHook):
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            run_context.session.run(counting_step)  # no await: TF1's habit
+
+    with pytest.raises(RuntimeError, match="run called from inside a hook or a step") as info:
+        async with monitored.MonitoredSession(state, hooks=[TF1Habit()]) as sess:
+            await sess.run(counting_step)
+    assert any("TF1Habit" in note for note in info.value.__notes__)
+    assert state.global_step == 1
+
+
+# --- TF1 habits: a run that is never awaited, `with` instead of `async with` ------------------
+async def test_run_without_await_in_a_should_stop_loop_is_an_error(state: TrainState) -> None:
+    with pytest.raises(RuntimeError, match=r"called without await.*`await sess.run\(step_fn"):
+        async with monitored.MonitoredSession(
+            state, hooks=[monitored.StopAtStepHook(last_step=5)]
+        ) as sess:
+            for _ in range(3):  # a `while not sess.should_stop()` loop that would never end
+                if sess.should_stop():
+                    break
+                sess.run(counting_step)  # forgot await
+    assert state.global_step == 0
+
+
+async def test_two_runs_without_await_are_caught_at_the_second(state: TrainState) -> None:
+    async with monitored.MonitoredSession(state) as sess:
+        sess.run(counting_step)
+        with pytest.raises(RuntimeError, match="called without await"):
+            sess.run(counting_step)
+        await sess.run(counting_step)
+    assert state.global_step == 1
+
+
+async def test_a_run_never_awaited_before_the_block_ends_is_an_error(state: TrainState) -> None:
+    log: list = []
+    with pytest.raises(RuntimeError, match="called without await"):
+        async with monitored.MonitoredSession(state, hooks=[Recorder("r", log)]) as sess:
+            sess.run(counting_step)
+    assert ("r", "end") not in log
+
+
+async def test_an_awaited_run_created_before_should_stop_is_fine(state: TrainState) -> None:
+    async with monitored.MonitoredSession(state) as sess:
+        pending = sess.run(counting_step)
+        await pending
+        assert not sess.should_stop()
+    assert state.global_step == 1
+
+
+async def test_with_instead_of_async_with_says_what_to_write(state: TrainState) -> None:
+    sess = monitored.MonitoredTrainingSession(state)
+    with (
+        pytest.raises(TypeError, match=r"async context manager: write `async with .*anyio.run"),
+        sess,
+    ):
+        pass
+
+
+# --- fetches are values after the step ----------------------------------------------------------
+async def test_a_fetched_state_entry_is_its_value_after_the_step(state: TrainState) -> None:
+    """A deliberate difference from TF1, whose read of a variable in the same run as its
+    update saw the value before it (in practice): see docs/tf1-migration.md."""
+    hook = Recorder("r", [], fetches=["global_step", "w"])
+    async with monitored.MonitoredSession(state, hooks=[hook]) as sess:
+        await run_steps(sess, 2)
+    assert [int(step) for step, _ in hook.results] == [1, 2]
+    np.testing.assert_array_equal(hook.results[0][1], [1, 1, 1])

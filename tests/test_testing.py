@@ -62,3 +62,45 @@ async def test_the_fixture_is_registered(monitored_run: Any) -> None:
     result = await monitored_run(hooks, counting_step, disable_plugins=())
     assert result.state.global_step == 2
     assert result.outputs == [{"lr": 0.1}, {"lr": 0.1}]
+
+
+def test_the_documented_async_test_runs_as_written_without_an_async_plugin(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        import numpy as np
+
+        class StopOnPlateau:
+            def __init__(self):
+                self.best, self.bad = None, 0
+
+            def before_run(self, run_context):
+                import monitored
+                return monitored.SessionRunArgs("loss")
+
+            def after_run(self, run_context, run_values):
+                loss = float(run_values.results)
+                if self.best is not None and loss >= self.best:
+                    self.bad += 1
+                    if self.bad >= 2:
+                        run_context.request_stop()
+                else:
+                    self.best = loss
+
+        async def test_plateau(monitored_run):
+            def step(state):
+                state.global_step += 1
+                return {"loss": np.float32(1.0)}
+
+            result = await monitored_run([StopOnPlateau()], step, max_steps=100)
+            assert result.state.global_step == 3
+            assert result.events["after_run"] == 3
+
+        async def test_failing(monitored_run):
+            assert False, "this async test really ran"
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:asyncio", "-p", "no:anyio", "-W", "error")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*this async test really ran*"])

@@ -199,3 +199,65 @@ async def test_training_hooks_may_be_async(fake_plugin: Any, state: TrainState) 
     )
     async with monitored.MonitoredTrainingSession(state, checkpoint_dir="runs/a") as sess:
         assert "hooks[1]:Saver<checkpoint>" in [p.name for p in sess.plugins]
+
+
+# -- TF1 habits ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "argument",
+    [
+        "save_summaries_steps",
+        "save_summaries_secs",
+        "save_checkpoint_secs",
+        "save_checkpoint_steps",
+    ],
+)
+async def test_zero_switches_a_feature_off_as_in_tf1(argument: str, state: TrainState) -> None:
+    """resnet_main.py passes save_summaries_steps=0; no summaries plugin is needed then."""
+    async with monitored.MonitoredTrainingSession(
+        state, summary_dir="runs/s", **{argument: 0}
+    ) as sess:
+        config = sess.training_config
+        assert config is not None
+        assert not config.wants_summaries or argument.startswith("save_checkpoint")
+        assert getattr(config, argument) is None
+
+
+async def test_log_step_count_steps_zero_adds_no_step_counter(state: TrainState) -> None:
+    async with monitored.MonitoredTrainingSession(state, log_step_count_steps=0) as sess:
+        assert not any(isinstance(i.plugin, monitored.StepCounterHook) for i in sess.plugins)
+
+
+@pytest.mark.parametrize("value", [-1, "100", True])
+def test_a_bad_interval_is_named(value: Any) -> None:
+    with pytest.raises(
+        ValueError, match=r"save_summaries_steps=.*give a positive number, or 0 or None"
+    ):
+        monitored.MonitoredTrainingSession(save_summaries_steps=value)
+
+
+@pytest.mark.parametrize(
+    ("argument", "advice"),
+    [
+        ("config", r"config=\.\.\.\): there is no tf.Session to configure: drop config="),
+        ("master", r"master=\.\.\.\): remote masters are not supported: drop master="),
+        ("save_graph_def", r"no graph to save: drop save_graph_def="),
+    ],
+)
+def test_tf1_only_arguments_say_what_to_do_instead(argument: str, advice: str) -> None:
+    with pytest.raises(monitored.UnsupportedArgumentError, match=advice) as info:
+        monitored.MonitoredTrainingSession(**{argument: object()})
+    assert isinstance(info.value, TypeError)
+
+
+def test_monitored_session_refuses_a_session_creator_and_config() -> None:
+    with pytest.raises(
+        TypeError, match=r"MonitoredSession\(session_creator=\.\.\.\).*is_chief=False"
+    ):
+        monitored.MonitoredSession(session_creator=object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"SingularMonitoredSession\(config=\.\.\.\)"):
+        monitored.SingularMonitoredSession(config=object())  # type: ignore[arg-type]
+
+
+def test_recovery_wait_secs_reaches_the_session_manager() -> None:
+    sess = monitored.MonitoredTrainingSession(is_chief=False, recovery_wait_secs=0.25)
+    assert sess._session_manager.recovery_wait_secs == 0.25

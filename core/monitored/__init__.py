@@ -33,6 +33,7 @@ from ._errors import (
     PluginOptionError,
     PluginValidationError,
     UnavailableError,
+    UnsupportedArgumentError,
 )
 from ._fetch import OptionalFetch, optional
 from ._markers import hookimpl, hookspec
@@ -144,6 +145,7 @@ __all__ = [
     "TrainState",
     "TrainingConfig",
     "UnavailableError",
+    "UnsupportedArgumentError",
     "__version__",
     "clip_by_average_norm",
     "clip_by_global_norm",

@@ -21,6 +21,7 @@ __all__ = [
     "PluginOptionError",
     "PluginValidationError",
     "UnavailableError",
+    "UnsupportedArgumentError",
 ]
 
 
@@ -95,3 +96,11 @@ class PluginOptionError(PluginError, ValueError):
 
 class MissingPluginError(PluginError):
     """A feature was asked for whose plugin package is not installed (or is disabled)."""
+
+
+class UnsupportedArgumentError(MonitoredError, TypeError, ValueError):
+    """A TF1 argument with no meaning here (``config=``, ``master=``, ...).
+
+    The message says what to do instead. A ``TypeError`` (an argument the call
+    cannot take) and a ``ValueError`` (how ``master=`` was refused before).
+    """

@@ -155,7 +155,8 @@ def installed_plugins(
         except Exception as exc:
             raise PluginLoadError(
                 f"plugin {ep.name!r} (distribution {dist_name} {version}) failed to import "
-                f"{ep.value!r}: {type(exc).__name__}: {exc}",
+                f"{ep.value!r}: {type(exc).__name__}: {exc}. To run without it, set "
+                f"{DISABLE_ENV}={ep.name} (or pip uninstall {dist_name})",
                 plugin=ep.name,
                 distribution=dist_name,
             ) from exc

@@ -14,9 +14,9 @@ import dataclasses
 import inspect
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from types import TracebackType
-from typing import Any, Final, final
+from typing import Any, Final, NoReturn, final
 
 import anyio
 import anyio.abc
@@ -47,6 +47,7 @@ from ._plugins import (
 from ._run import SessionRunArgs, SessionRunContext, SessionRunValues
 from ._scaffold import Scaffold, SessionManager
 from ._state import TrainState, check_global_step
+from ._tf1_arguments import refuse_tf1_arguments
 
 __all__ = ["MonitoredSession", "RawSession", "SingularMonitoredSession", "StepContext"]
 
@@ -90,6 +91,8 @@ class MonitoredSession:
             threads once a stop is requested (its tasks are cancelled at once).
         disable_plugins: names of installed plugins not to load (also
             ``MONITORED_DISABLE_PLUGINS``, comma-separated).
+        recovery_wait_secs: how often a worker checks whether the chief has made
+            the state ready (TF1's ``SessionManager`` argument, 30 s).
         max_recoveries: how many times the session may be re-created after an
             ``AbortedError``/``UnavailableError`` (``None``: no limit, as TF1).
         session_manager: replaces the default ``SessionManager(scaffold)``.
@@ -120,7 +123,11 @@ class MonitoredSession:
         training_config: TrainingConfig | None = None,
         cluster: Cluster | None = None,
         plugin_options: Mapping[str, Mapping[str, Any]] | None = None,
+        recovery_wait_secs: float = 30,
+        session_creator: None = None,
+        config: None = None,
     ) -> None:
+        refuse_tf1_arguments(type(self).__name__, session_creator=session_creator, config=config)
         if state is not None and not isinstance(state, TrainState):
             raise TypeError(
                 f"state must be a monitored.TrainState, got {type(state).__name__}; "
@@ -131,7 +138,7 @@ class MonitoredSession:
         self._state = state if state is not None else TrainState()
         self._hooks = list(hooks or ())
         self._cluster: Cluster = cluster or LocalCluster(is_chief)
-        self._session_manager = session_manager or SessionManager(scaffold)
+        self._session_manager = session_manager or SessionManager(scaffold, recovery_wait_secs)
         self._stop_grace_period_secs = stop_grace_period_secs
         self._max_wait_secs = max_wait_secs
         self._disabled = frozenset(disable_plugins)
@@ -154,6 +161,8 @@ class MonitoredSession:
         self._outputs: Mapping[str, Any] = {}
         #: Callbacks deferred with ``call_after_hooks``, run once the current event is done.
         self._deferred: list[Callable[[], Any]] = []
+        #: The coroutine of the last ``run`` until it starts (to catch a missing await).
+        self._unawaited: Coroutine[Any, Any, Any] | None = None
         self._last_global_step = -1
         self._stalled_steps = 0
         self.restored_from: Any = None
@@ -207,12 +216,28 @@ class MonitoredSession:
             raise
         return self
 
+    def __enter__(self) -> NoReturn:
+        raise TypeError(
+            f"{type(self).__name__} is an async context manager: write "
+            "`async with MonitoredTrainingSession(...) as sess:` inside an `async def "
+            "main()`, run with anyio.run(main), and `await sess.run(step_fn, ...)`"
+        )
+
+    def __exit__(self, *exc_info: object) -> None:  # pragma: no cover - __enter__ raises
+        return None
+
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
+        if exc is None and self._unawaited is not None:
+            try:
+                self._check_awaited()
+            except RuntimeError as unawaited:
+                await self._close(failure=unawaited)
+                raise
         end_of_input = isinstance(exc, END_OF_INPUT)
         failure = exc if exc is not None and not end_of_input else self._coord.exception
         await self._close(failure=failure)
@@ -381,7 +406,21 @@ class MonitoredSession:
     # -- running steps ----------------------------------------------------------------------
     def should_stop(self) -> bool:
         """Whether the loop should end: a hook, the step or a background task asked."""
+        if self._unawaited is not None:
+            self._check_awaited()
         return self._should_stop or self._coord._stopped
+
+    def _check_awaited(self) -> None:
+        """Raise if the last ``run`` was never awaited (its coroutine never started)."""
+        coroutine, self._unawaited = self._unawaited, None
+        if coroutine is None or inspect.getcoroutinestate(coroutine) != "CORO_CREATED":
+            return
+        coroutine.close()  # no "never awaited" RuntimeWarning on top of this error
+        raise RuntimeError(
+            "MonitoredSession.run() was called without await, so the step never ran: "
+            "write `await sess.run(step_fn, ...)` inside an async function (the loop runs "
+            "under anyio.run(main) or asyncio.run(main))"
+        )
 
     def _check_can_run(self) -> None:
         if not self._open:
@@ -397,18 +436,32 @@ class MonitoredSession:
             self._coord.raise_requested_exception()
             raise RuntimeError("Run called even after should_stop requested.")
 
-    async def run(
+    def run(
         self, step_fn: Callable[..., Any], /, *args: Any, **kwargs: Any
-    ) -> Mapping[str, Any]:
-        """Run one training step with hooks; return the step's outputs.
+    ) -> Coroutine[Any, Any, Mapping[str, Any]]:
+        """Run one training step with hooks; return the step's outputs (``await`` it).
 
         Calls ``step_fn(state, *args, **kwargs, **feeds)`` (awaiting it if it is
         async), where ``feeds`` are what hooks asked to add. The step returns a
         mapping of names to arrays (or ``None``); those names, and the state's
         entries, are what hooks may fetch.
+
+        A plain method returning the coroutine, so that misuse fails at the call:
+        ``run`` from inside a hook (TF1 hooks called ``session.run``) raises
+        ``RuntimeError`` at once, and a ``run`` that was never awaited is reported
+        by the next ``should_stop()`` or ``run`` instead of looping forever.
         """
+        if self._unawaited is not None:
+            self._check_awaited()
         if not self._open or self._busy or self._should_stop or self._coord._stopped:
             self._check_can_run()
+        self._unawaited = coroutine = self._run(step_fn, args, kwargs)
+        return coroutine
+
+    async def _run(
+        self, step_fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Mapping[str, Any]:
+        self._unawaited = None
         while True:
             try:
                 return await self._run_hooked(step_fn, args, kwargs)

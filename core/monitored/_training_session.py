@@ -17,6 +17,7 @@ from ._config import TrainingConfig
 from ._scaffold import Scaffold
 from ._session import MonitoredSession
 from ._state import TrainState
+from ._tf1_arguments import refuse_tf1_arguments
 
 __all__ = ["USE_DEFAULT", "MonitoredTrainingSession"]
 
@@ -52,6 +53,9 @@ def MonitoredTrainingSession(
     disable_plugins: Iterable[str] = (),
     max_recoveries: int | None = None,
     plugin_options: Mapping[str, Mapping[str, Any]] | None = None,
+    recovery_wait_secs: float = 30,
+    config: None = None,
+    save_graph_def: None = None,
 ) -> MonitoredSession:
     """A :class:`MonitoredSession` set up for training, with TF1's defaults.
 
@@ -60,13 +64,26 @@ def MonitoredTrainingSession(
     ``checkpoint_dir``; written by a summaries plugin when one is installed), and
     ``global_step/sec`` logged every ``log_step_count_steps`` steps. Giving only
     ``save_checkpoint_steps`` (or ``save_summaries_secs``) switches off the other
-    default, as in TF1; pass ``None`` to switch a feature off.
+    default, as in TF1; ``0`` or ``None`` switches a feature off (TF1's
+    ``save_summaries_steps=0``). ``recovery_wait_secs`` is how often a worker
+    checks whether the chief has made the state ready. TF1's ``config=``,
+    ``master=`` and ``save_graph_def=`` have no meaning here and are refused with
+    what to do instead.
     """
-    if master:
-        raise ValueError(
-            f"master={master!r}: remote masters are not supported; run one process per "
-            "worker (the distributed engine uses MPI)"
-        )
+    refuse_tf1_arguments(
+        "MonitoredTrainingSession",
+        master=master or None,
+        config=config,
+        save_graph_def=save_graph_def,
+    )
+    for name, value in {
+        "save_checkpoint_secs": save_checkpoint_secs,
+        "save_checkpoint_steps": save_checkpoint_steps,
+        "save_summaries_steps": save_summaries_steps,
+        "save_summaries_secs": save_summaries_secs,
+        "log_step_count_steps": log_step_count_steps,
+    }.items():
+        _check_interval(name, value)
     explicit = {
         name
         for name, value in {
@@ -79,7 +96,8 @@ def MonitoredTrainingSession(
     }
     checkpoint_secs, checkpoint_steps = _resolve(save_checkpoint_secs, save_checkpoint_steps, 600)
     summaries_steps, summaries_secs = _resolve(save_summaries_steps, save_summaries_secs, 100)
-    config = TrainingConfig(
+    log_step_count_steps = log_step_count_steps or None
+    training_config = TrainingConfig(
         is_chief=is_chief,
         checkpoint_dir=checkpoint_dir,
         summary_dir=summary_dir if summary_dir is not None else checkpoint_dir,
@@ -96,7 +114,7 @@ def MonitoredTrainingSession(
     if is_chief:
         all_hooks.extend(chief_only_hooks or ())
     all_hooks.extend(hooks or ())
-    if is_chief and log_step_count_steps is not None and log_step_count_steps > 0:
+    if is_chief and log_step_count_steps is not None:
         all_hooks.append(StepCounterHook(every_n_steps=log_step_count_steps))
     return MonitoredSession(
         state,
@@ -107,16 +125,31 @@ def MonitoredTrainingSession(
         max_wait_secs=max_wait_secs,
         disable_plugins=disable_plugins,
         max_recoveries=max_recoveries,
-        training_config=config,
+        training_config=training_config,
         plugin_options=plugin_options,
+        recovery_wait_secs=recovery_wait_secs,
     )
 
 
 def _resolve(primary: Any, secondary: Any, default: float) -> tuple[Any, Any]:
-    """TF1's rule: both defaulted → ``primary=default``; one given → the other off."""
+    """TF1's rule: both defaulted → ``primary=default``; one given → the other off.
+
+    ``0`` means off, as ``None`` does (TF1's ``save_summaries_steps=0``).
+    """
     if primary is USE_DEFAULT and secondary is USE_DEFAULT:
         return default, None
     return (
-        None if primary is USE_DEFAULT else primary,
-        None if secondary is USE_DEFAULT else secondary,
+        None if primary is USE_DEFAULT or not primary else primary,
+        None if secondary is USE_DEFAULT or not secondary else secondary,
     )
+
+
+def _check_interval(name: str, value: Any) -> None:
+    """An interval is ``None``/``0`` (off) or a positive number."""
+    if value is USE_DEFAULT or value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValueError(
+            f"MonitoredTrainingSession({name}={value!r}): give a positive number, or 0 or "
+            "None to switch it off"
+        )

@@ -123,6 +123,11 @@ class LocalStore(Store):
         return os.path.join(self.url, name)
 
     def ensure_directory(self) -> None:
+        if os.path.lexists(self._dir) and not os.path.isdir(self._dir):
+            raise CheckpointDirectoryError(
+                f"checkpoint directory {self.url} is a file, not a directory: give a "
+                "directory (it is created if missing)"
+            )
         try:
             os.makedirs(self._dir, exist_ok=True)
         except OSError as exc:
