@@ -78,8 +78,12 @@ def after_run(run_context: SessionRunContext, run_values: SessionRunValues) -> A
 
 
 def plugin_state(session: MonitoredSession) -> dict[str, Any] | None:
+    # Nothing to save until a rollback happened: checkpoints of healthy runs carry
+    # no nan_guard entry (a missing entry loads as zero rollbacks).
     guard = _guards.get(id(session))
-    return guard.plugin_state() if guard is not None else None
+    if guard is None or (not guard.rollbacks and not guard.plugin_state()["rollbacks"]):
+        return None
+    return guard.plugin_state()
 
 
 def load_plugin_state(session: MonitoredSession, state: dict[str, Any]) -> None:
