@@ -13,7 +13,10 @@ A one-hidden-layer MLP in plain NumPy (hand-written backprop), driven by an asyn
 * with the ``monitored-checkpoint`` plugin installed, checkpoints go to
   ``--checkpoint-dir`` (default ``runs/demo``) and a second run resumes from
   them, bit for bit: batches are drawn with the state's RNG, which the
-  checkpoint holds. Run it again with a larger ``--steps`` to train further.
+  checkpoint holds. Run it again with a larger ``--steps`` to train further;
+* with ``monitored-nan-guard`` and ``monitored-progress`` installed (``uv run
+  --all-packages`` installs the workspace), a NaN loss stops training with TF1's
+  error and a progress bar shows on a terminal, without a line of code here.
 
 Run it with ``python examples/demo.py`` (``--steps``, ``--seed``, ``--checkpoint-dir``).
 """

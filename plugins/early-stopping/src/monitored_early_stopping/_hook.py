@@ -1,0 +1,385 @@
+"""``EarlyStoppingHook``: stop training when a watched value stops improving.
+
+The value comes from a training output (or state entry) fetched every
+``every_n_steps`` steps, optionally smoothed; or from anywhere else through
+:meth:`EarlyStoppingHook.observe` (evaluation metrics as they are reported: the
+evaluation hookspec will call it). The stop goes through ``request_stop``, the
+session's one stop decision. On steps where no check is due the hook fetches
+nothing and creates no coroutine.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal, final
+
+import anyio.to_thread
+import numpy as np
+
+from monitored import SessionRunArgs, is_device_array, optional, to_host
+
+from ._errors import EarlyStoppingConfigError, MonitoredValueError
+from ._rules import KerasRule, NoImprovementRule, Rule, infer_mode
+
+if TYPE_CHECKING:
+    from monitored import Coordinator, MonitoredSession, SessionRunContext, SessionRunValues
+
+__all__ = ["EarlyStoppingHook", "stop_if_no_decrease_hook", "stop_if_no_increase_hook"]
+
+log = logging.getLogger("monitored.early_stopping")
+
+_BEST_BASENAME: Final = "best"
+
+
+@final
+class EarlyStoppingHook:
+    """Stops training when ``monitor`` has not improved for ``patience`` checks.
+
+    The decisions are Keras's ``EarlyStopping`` for the same sequence of values
+    (a check is Keras's epoch); see :class:`~monitored_early_stopping.KerasRule`.
+
+    Args:
+        monitor: the step output or state entry to watch (or, with
+            ``every_n_steps=0``, the metric name handed to :meth:`observe`).
+        min_delta: an improvement smaller than this does not count.
+        patience: checks without improvement before stopping.
+        mode: ``"min"``, ``"max"`` or ``"auto"`` (from the name: losses and
+            errors go down, accuracies and scores up).
+        baseline: ``wait`` is reset only by values that also beat it.
+        restore_best: when it stopped training, put back the state's arrays of
+            the best check at ``end``. Kept on the host, or with
+            ``best_checkpoint_dir`` written there as a checkpoint ``best-<step>``
+            (out of any saver's ``max_to_keep`` rotation) and restored from it.
+        start_from: checks ignored at first (Keras's ``start_from_epoch``).
+        every_n_steps: check every this many global steps (0: only values handed
+            to :meth:`observe`).
+        smoothing: an exponential moving average of the fetched values is
+            watched instead, ``ema = smoothing * ema + (1 - smoothing) * value``.
+        best_checkpoint_dir: see ``restore_best``; needs ``monitored-checkpoint``.
+        rule: another decision rule (``stop_if_no_decrease_hook`` passes TF1's).
+    """
+
+    plugin_state_version = 1
+
+    def __init__(
+        self,
+        monitor: str,
+        min_delta: float = 0.0,
+        patience: int = 0,
+        mode: Literal["auto", "min", "max"] = "auto",
+        baseline: float | None = None,
+        restore_best: bool = False,
+        start_from: int = 0,
+        *,
+        every_n_steps: int = 1,
+        smoothing: float = 0.0,
+        best_checkpoint_dir: str | os.PathLike[str] | None = None,
+        rule: Rule | None = None,
+    ) -> None:
+        where = "EarlyStoppingHook"
+        if not isinstance(monitor, str) or not monitor:
+            raise EarlyStoppingConfigError(f"{where}: monitor must be a name, got {monitor!r}")
+        for name, value in (
+            ("patience", patience),
+            ("start_from", start_from),
+            ("every_n_steps", every_n_steps),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise EarlyStoppingConfigError(
+                    f"{where}: {name} must be an integer >= 0, got {value!r}"
+                )
+        if not isinstance(min_delta, int | float) or not math.isfinite(min_delta):
+            raise EarlyStoppingConfigError(
+                f"{where}: min_delta must be a number, got {min_delta!r}"
+            )
+        if not (isinstance(smoothing, int | float) and 0 <= smoothing < 1):
+            raise EarlyStoppingConfigError(
+                f"{where}: smoothing must be in [0, 1), got {smoothing!r}"
+            )
+        self.monitor = monitor
+        #: Keys this hook's state in checkpoints: one per watched name.
+        self.plugin_name = f"early_stopping:{monitor}"
+        self.mode = infer_mode(monitor, mode, where) if rule is None else rule_mode(rule)
+        self.rule: Rule = (
+            rule
+            if rule is not None
+            else KerasRule(self.mode, min_delta, patience, baseline, start_from)
+        )
+        self.restore_best = restore_best
+        self.every_n_steps = every_n_steps
+        self.smoothing = float(smoothing)
+        self.best_checkpoint_dir = (
+            os.fspath(best_checkpoint_dir) if best_checkpoint_dir is not None else None
+        )
+        self._args = SessionRunArgs({monitor: optional(monitor)})
+        self._next_check = 0
+        self._due = False
+        self._ema: float | None = None
+        self._best_arrays: dict[str, np.ndarray[Any, Any]] | None = None
+        #: Path of the exported best checkpoint (with ``best_checkpoint_dir``).
+        self.best_checkpoint: str | None = None
+
+    # -- what the rule decided ----------------------------------------------------------------
+    @property
+    def best(self) -> float | None:
+        """The best value seen so far."""
+        return self.rule.best
+
+    @property
+    def best_step(self) -> int | None:
+        """The global step of the best value (of the first check, before any value)."""
+        return self.rule.best_step
+
+    @property
+    def stopped_step(self) -> int | None:
+        """The global step at which this hook stopped training, if it did."""
+        return getattr(self.rule, "stopped_step", None)
+
+    # -- hooks --------------------------------------------------------------------------------
+    def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
+        n = self.every_n_steps
+        step = session.state.global_step
+        self._next_check = (step // n + 1) * n if n else -1
+        if self.best_checkpoint_dir is not None:
+            _checkpoint_module()
+
+    def before_run(self, run_context: SessionRunContext) -> SessionRunArgs | None:
+        # Checks fall on multiples of every_n_steps, so a resumed run checks the same steps.
+        next_check = self._next_check
+        self._due = next_check >= 0 and run_context.session.state.global_step + 1 >= next_check
+        return self._args if self._due else None
+
+    def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> Any:
+        if not self._due:
+            return None
+        session = run_context.session
+        step = session.state.global_step
+        n = self.every_n_steps
+        self._next_check = (step // n + 1) * n
+        raw = (run_values.results or {}).get(self.monitor)
+        if raw is None:
+            raise MonitoredValueError(
+                f"EarlyStoppingHook: monitor {self.monitor!r} is not available at step {step}: "
+                f"the step returned outputs {sorted(session.last_outputs)} and the state has "
+                f"entries {sorted(session.state)}"
+            )
+        value = self._scalar(raw, step)
+        if self.smoothing:
+            ema = self._ema
+            value = value if ema is None else self.smoothing * ema + (1 - self.smoothing) * value
+            self._ema = value
+        return self._decide(session, step, value, run_context)
+
+    async def end(self, session: MonitoredSession) -> None:
+        if not self.restore_best or self.stopped_step is None:
+            return  # Keras puts the best weights back only when it stopped training
+        if self.best_checkpoint is not None:
+            checkpoint = _checkpoint_module()
+            step, rng = session.state.global_step, session.state.rng_state
+            await _run(checkpoint.restore, session.state, self.best_checkpoint)
+            session.state.global_step = step  # the arrays go back, not the step count or RNG
+            session.state.rng_state = rng
+            log.info("EarlyStoppingHook: restored the best state from %s", self.best_checkpoint)
+        elif self._best_arrays is not None:
+            for name, host in self._best_arrays.items():
+                target = session.state[name]
+                target[...] = _to_module_of(target, host)
+            log.info(
+                "EarlyStoppingHook: restored the state of step %s (best %s = %s)",
+                self.best_step,
+                self.monitor,
+                self.best,
+            )
+
+    def plugin_state(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule.state_dict(),
+            "ema": self._ema,
+            "best_checkpoint": self.best_checkpoint,
+        }
+
+    def load_plugin_state(self, state: dict[str, Any]) -> None:
+        self.rule.load_state_dict(state["rule"])
+        self._ema = state.get("ema")
+        self.best_checkpoint = state.get("best_checkpoint")
+
+    # -- values from elsewhere ----------------------------------------------------------------
+    def observe(self, session: MonitoredSession, step: int, metrics: Mapping[str, Any]) -> Any:
+        """Judge ``metrics[monitor]`` reported for ``step`` (evaluation results).
+
+        Returns ``None``, or an awaitable when there is work to await (a best
+        checkpoint to export). A stop is requested through the session's
+        coordinator, so it takes effect after the current step.
+        """
+        if self.monitor not in metrics:
+            raise MonitoredValueError(
+                f"EarlyStoppingHook: monitor {self.monitor!r} is not among the reported "
+                f"metrics {sorted(metrics)} at step {step}"
+            )
+        return self._decide(session, step, self._scalar(metrics[self.monitor], step), None)
+
+    # -- internals --------------------------------------------------------------------------------
+    def _scalar(self, value: Any, step: int) -> float:
+        if getattr(value, "ndim", 0):
+            if value.size != 1:
+                raise MonitoredValueError(
+                    f"EarlyStoppingHook: monitor {self.monitor!r} must be a scalar, but at "
+                    f"step {step} it has shape {tuple(value.shape)}"
+                )
+            value = value.reshape(())
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise MonitoredValueError(
+                f"EarlyStoppingHook: monitor {self.monitor!r} must be a number, but at step "
+                f"{step} it is {type(value).__name__}"
+            ) from None
+
+    def _decide(
+        self,
+        session: MonitoredSession,
+        step: int,
+        value: float,
+        run_context: SessionRunContext | None,
+    ) -> Any:
+        decision = self.rule.observe(step, value)
+        if decision.stop:
+            log.info(
+                "EarlyStoppingHook: %s = %g at step %d; best %g at step %s: stopping",
+                self.monitor,
+                value,
+                step,
+                self.best if self.best is not None else math.nan,
+                self.best_step,
+            )
+            if run_context is not None:
+                run_context.request_stop()
+            else:
+                session.coord.request_stop()
+        if decision.snapshot and self.restore_best:
+            if self.best_checkpoint_dir is not None and run_context is None:
+                return self._export_best(session, step)
+            if self.best_checkpoint_dir is not None:
+                # After every hook's after_run: the checkpoint holds this step's plugin states.
+                session.call_after_hooks(lambda: self._export_best(session, step))
+            else:
+                names = list(session.state)
+                hosts = to_host([session.state[name] for name in names])
+                self._best_arrays = {
+                    name: np.array(host, copy=True) for name, host in zip(names, hosts, strict=True)
+                }
+        return None
+
+    async def _export_best(self, session: MonitoredSession, step: int) -> None:
+        checkpoint = _checkpoint_module()
+        assert self.best_checkpoint_dir is not None
+        saver = checkpoint.Saver(max_to_keep=1)
+        path = os.path.join(self.best_checkpoint_dir, _BEST_BASENAME)
+        states = await session.plugin_states()
+        self.best_checkpoint = await _run(
+            lambda: saver.save(session.state, path, step, plugin_states=states)
+        )
+        log.info(
+            "EarlyStoppingHook: best %s so far; exported %s", self.monitor, self.best_checkpoint
+        )
+
+
+def rule_mode(rule: Rule) -> Literal["min", "max"]:
+    mode = getattr(rule, "mode", "min")
+    return "max" if mode == "max" else "min"
+
+
+def stop_if_no_decrease_hook(
+    metric_name: str,
+    max_steps_without_decrease: int,
+    min_steps: int = 0,
+    *,
+    every_n_steps: int = 1,
+    restore_best: bool = False,
+) -> EarlyStoppingHook:
+    """TF1 Estimator's ``stop_if_no_decrease_hook``, counted in global steps.
+
+    Stops once the lowest ``metric_name`` seen is ``max_steps_without_decrease``
+    global steps old; values before ``min_steps`` are ignored.
+    """
+    return _estimator_hook(
+        "min",
+        metric_name,
+        max_steps_without_decrease,
+        min_steps,
+        every_n_steps,
+        restore_best,
+        "stop_if_no_decrease_hook",
+    )
+
+
+def stop_if_no_increase_hook(
+    metric_name: str,
+    max_steps_without_increase: int,
+    min_steps: int = 0,
+    *,
+    every_n_steps: int = 1,
+    restore_best: bool = False,
+) -> EarlyStoppingHook:
+    """TF1 Estimator's ``stop_if_no_increase_hook``: the same, for a value that should rise."""
+    return _estimator_hook(
+        "max",
+        metric_name,
+        max_steps_without_increase,
+        min_steps,
+        every_n_steps,
+        restore_best,
+        "stop_if_no_increase_hook",
+    )
+
+
+def _estimator_hook(
+    mode: Literal["min", "max"],
+    metric_name: str,
+    max_steps: int,
+    min_steps: int,
+    every_n_steps: int,
+    restore_best: bool,
+    where: str,
+) -> EarlyStoppingHook:
+    for name, value in (("max_steps_without_improvement", max_steps), ("min_steps", min_steps)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise EarlyStoppingConfigError(
+                f"{where}: {name} must be an integer >= 0, got {value!r}"
+            )
+    return EarlyStoppingHook(
+        metric_name,
+        restore_best=restore_best,
+        every_n_steps=every_n_steps,
+        rule=NoImprovementRule(mode, max_steps, min_steps),
+    )
+
+
+async def _run(fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` in a worker thread, or here when CuPy is in use (its stream is per thread)."""
+    if "cupy" in sys.modules:
+        return fn(*args)
+    return await anyio.to_thread.run_sync(fn, *args)
+
+
+def _to_module_of(target: Any, host: np.ndarray[Any, Any]) -> Any:
+    if is_device_array(target):
+        import cupy
+
+        return cupy.asarray(host)
+    return host
+
+
+def _checkpoint_module() -> Any:
+    try:
+        import monitored_checkpoint
+    except ImportError:
+        raise EarlyStoppingConfigError(
+            "EarlyStoppingHook: best_checkpoint_dir needs the monitored-checkpoint plugin, "
+            "which is not installed (pip install monitored-checkpoint)"
+        ) from None
+    return monitored_checkpoint

@@ -1,0 +1,191 @@
+"""EarlyStoppingHook in sessions: checks, errors, resume, restoring the best state, the plugin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import monitored
+from monitored.testing import run_session
+from monitored_early_stopping import (
+    EarlyStoppingConfigError,
+    EarlyStoppingHook,
+    MonitoredValueError,
+    stop_if_no_decrease_hook,
+)
+
+pytestmark = pytest.mark.anyio
+
+LOSSES = [5.0, 4.0, 3.0, 3.5, 2.9, 3.05, 3.3, 3.1, 3.0, 3.2, 3.4, 3.6]
+
+
+def losses_step(losses: list[float]) -> Any:
+    """``w`` is the global step; the loss of global step s is ``losses[s - 1]``."""
+
+    def step(state: monitored.TrainState) -> dict[str, Any]:
+        state.global_step += 1
+        state["w"][...] = state.global_step
+        return {"loss": np.float32(losses[state.global_step - 1]), "vec": np.ones(2)}
+
+    return step
+
+
+def new_state() -> monitored.TrainState:
+    return monitored.TrainState({"w": np.zeros((), np.float64)})
+
+
+async def test_stops_after_patience_checks_without_improvement() -> None:
+    hook = EarlyStoppingHook("loss", patience=2)
+    result = await run_session([hook], losses_step(LOSSES), state=new_state(), max_steps=12)
+    # best 2.9 at step 5; steps 6 and 7 do not improve: stop after step 7.
+    assert result.state.global_step == 7
+    assert (hook.best, hook.best_step, hook.stopped_step) == (pytest.approx(2.9), 5, 7)
+
+
+async def test_every_n_steps_checks_multiples_and_fetches_nothing_between() -> None:
+    asked: list[Any] = []
+
+    class Spy:
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            asked.append(hook._due)
+
+    hook = EarlyStoppingHook("loss", patience=1, every_n_steps=2)
+    result = await run_session([hook, Spy()], losses_step(LOSSES), state=new_state(), max_steps=12)
+    # checks at 2, 4, 6, 8: 4.0, 3.5, 3.05 (each better), 3.1 (not): stop after step 8.
+    assert result.state.global_step == 8
+    assert asked == [False, True] * 4
+
+
+async def test_smoothing_watches_a_moving_average() -> None:
+    hook = EarlyStoppingHook("loss", patience=0, smoothing=0.5)
+    noisy = [4.0, 2.0, 2.5, 2.5, 2.6, 2.7, 2.8, 2.9, 3.0, 3.0, 3.0, 3.0]
+    result = await run_session([hook], losses_step(noisy), state=new_state(), max_steps=12)
+    # EMA: 4, 3, 2.75, 2.625, 2.6125, 2.65625 (up): stop after step 6 (the raw
+    # values would have stopped after step 3).
+    assert result.state.global_step == 6
+
+
+async def test_an_unknown_monitor_fails_at_the_first_check() -> None:
+    hook = EarlyStoppingHook("val_loss", patience=2)
+    with pytest.raises(MonitoredValueError, match=r"EarlyStoppingHook: monitor 'val_loss'.*step 1"):
+        await run_session([hook], losses_step(LOSSES), state=new_state(), max_steps=12)
+
+
+async def test_a_monitor_that_is_not_a_scalar_is_an_error() -> None:
+    hook = EarlyStoppingHook("vec", patience=2, mode="min")
+    with pytest.raises(MonitoredValueError, match=r"'vec' must be a scalar.*\(2,\)"):
+        await run_session([hook], losses_step(LOSSES), state=new_state(), max_steps=12)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"patience": -1}, "patience must be an integer >= 0"),
+        ({"mode": "down"}, "mode must be"),
+        ({"monitor": "grad_norm"}, "pass mode='min' or mode='max'"),
+        ({"every_n_steps": -3}, "every_n_steps"),
+        ({"smoothing": 1.0}, "smoothing"),
+        ({"monitor": ""}, "monitor must be a name"),
+    ],
+)
+def test_bad_arguments_name_the_hook_and_the_argument(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(EarlyStoppingConfigError, match=f"EarlyStoppingHook: .*{match}"):
+        EarlyStoppingHook(**{"monitor": "loss", **kwargs})
+
+
+async def test_a_resumed_run_decides_as_an_uninterrupted_one(tmp_path: Path) -> None:
+    from monitored_checkpoint import CheckpointSaverHook
+
+    def saver(directory: Path) -> CheckpointSaverHook:
+        return CheckpointSaverHook(
+            directory, save_steps=1, asynchronous=False, handle_signals=False
+        )
+
+    straight = EarlyStoppingHook("loss", patience=3, min_delta=0.05)
+    result = await run_session(
+        [straight, saver(tmp_path / "a")], losses_step(LOSSES), state=new_state(), max_steps=12
+    )
+    first = EarlyStoppingHook("loss", patience=3, min_delta=0.05)
+    await run_session(
+        [first, saver(tmp_path / "b"), monitored.StopAtStepHook(last_step=7)],
+        losses_step(LOSSES),
+        state=new_state(),
+        max_steps=12,
+    )
+    resumed = EarlyStoppingHook("loss", patience=3, min_delta=0.05)
+    again = await run_session(
+        [resumed, saver(tmp_path / "b")], losses_step(LOSSES), state=new_state(), max_steps=12
+    )
+    assert again.state.global_step == result.state.global_step == 8
+    assert resumed.plugin_state() == straight.plugin_state()
+
+
+async def test_restore_best_puts_the_best_arrays_back_when_it_stopped() -> None:
+    hook = EarlyStoppingHook("loss", patience=2, restore_best=True)
+    state = new_state()
+    await run_session([hook], losses_step(LOSSES), state=state, max_steps=12)
+    assert state.global_step == 7
+    assert state["w"] == 5.0  # the arrays of step 5, the best
+
+
+async def test_restore_best_does_nothing_when_training_ended_otherwise() -> None:
+    hook = EarlyStoppingHook("loss", patience=5, restore_best=True)
+    state = new_state()
+    await run_session(
+        [hook, monitored.StopAtStepHook(last_step=7)], losses_step(LOSSES), state=state
+    )
+    assert state["w"] == 7.0
+
+
+async def test_restore_best_from_an_exported_best_checkpoint(tmp_path: Path) -> None:
+    hook = EarlyStoppingHook(
+        "loss", patience=2, restore_best=True, best_checkpoint_dir=tmp_path / "best"
+    )
+    state = new_state()
+    await run_session([hook], losses_step(LOSSES), state=state, max_steps=12)
+    assert hook.best_checkpoint is not None
+    assert hook.best_checkpoint.endswith("best-5")
+    assert (state.global_step, float(state["w"])) == (7, 5.0)
+
+
+async def test_tf1_estimator_hook_counts_steps() -> None:
+    hook = stop_if_no_decrease_hook("loss", max_steps_without_decrease=3, min_steps=2)
+    result = await run_session([hook], losses_step(LOSSES), state=new_state(), max_steps=12)
+    assert result.state.global_step == 8  # best 2.9 at step 5, three steps later
+
+
+async def test_metrics_reported_from_elsewhere_are_observed() -> None:
+    hook = EarlyStoppingHook("val_accuracy", patience=1, every_n_steps=0)
+    state = new_state()
+    async with monitored.MonitoredSession(state, hooks=[hook]) as sess:
+        for accuracy in [0.5, 0.7, 0.6, 0.8, 0.9]:
+            await sess.run(losses_step(LOSSES))
+            await sess.run(losses_step(LOSSES))
+            hook.observe(sess, state.global_step, {"val_accuracy": accuracy})
+            if sess.should_stop():
+                break
+    assert state.global_step == 6
+    assert hook.best_step == 4
+
+
+@pytest.fixture
+def installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MONITORED_DISABLE_PLUGIN_AUTOLOAD")
+    monkeypatch.setenv("MONITORED_DISABLE_PLUGINS", "progress,nan_guard,checkpoint")
+
+
+@pytest.mark.usefixtures("installed")
+async def test_the_installed_plugin_is_off_until_a_monitor_is_set() -> None:
+    result = await run_session([], losses_step(LOSSES), state=new_state(), max_steps=12)
+    assert result.state.global_step == 12
+    result = await run_session(
+        [],
+        losses_step(LOSSES),
+        state=new_state(),
+        max_steps=12,
+        plugin_options={"early_stopping": {"monitor": "loss", "patience": 2}},
+    )
+    assert result.state.global_step == 7

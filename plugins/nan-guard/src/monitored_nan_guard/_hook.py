@@ -1,0 +1,441 @@
+"""``NanTensorHook``: TF1's NaN guard, with state scans, spike detection and rollback.
+
+Per step the hook adds one name to the session's batched fetch (the loss comes
+back with every other hook's values in the step's one host transfer, so on a
+GPU it adds no device synchronization of its own) and a few float comparisons.
+A state scan, when due, reduces every floating array on its device to a count
+of non-finite elements and moves all counts to the host in one transfer.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import os
+import re
+import sys
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal, final
+
+import anyio.to_thread
+import numpy as np
+
+import monitored
+from monitored import SessionRunArgs, is_device_array, to_host
+
+from ._errors import (
+    LossSpikeError,
+    NanGuardConfigError,
+    NanLossDuringTrainingError,
+    NonFiniteLossError,
+    NonFiniteStateError,
+    RollbackError,
+)
+
+if TYPE_CHECKING:
+    from monitored import Coordinator, MonitoredSession, SessionRunContext, SessionRunValues
+
+__all__ = ["Failure", "NanTensorHook", "Rollback"]
+
+log = logging.getLogger("monitored.nan_guard")
+
+#: What to do on a failure.
+OnNan = Literal["raise", "stop", "rollback"]
+ON_NAN: Final = ("raise", "stop", "rollback")
+
+#: TF1's log line and error message, word for word.
+DIVERGED: Final = "Model diverged with loss = NaN."
+NAN_LOSS: Final = "NaN loss during training."
+
+_STEP_SUFFIX: Final = re.compile(r"-(\d+)$")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One detected divergence.
+
+    ``kind`` is ``"nan"`` or ``"inf"`` (the loss), ``"spike"`` (the loss jumped),
+    or ``"state"`` (a state array holds non-finite values: ``array`` names the
+    first such array, ``count`` how many of its ``size`` elements are bad).
+    """
+
+    kind: Literal["nan", "inf", "spike", "state"]
+    step: int
+    value: float | None = None
+    array: str | None = None
+    count: int | None = None
+    size: int | None = None
+    detail: str = ""
+
+    def describe(self) -> str:
+        """A one-line account of the failure, naming the step."""
+        if self.kind == "state":
+            return (
+                f"state array {self.array!r} has {self.count} non-finite of {self.size} "
+                f"elements at step {self.step}"
+            )
+        if self.kind == "spike":
+            return f"loss spike at step {self.step}: {self.value:g} ({self.detail})"
+        return f"loss = {self.value} at step {self.step}"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Rollback:
+    """A rollback done: training went back from ``failed_step`` to ``restored_step``.
+
+    ``skip`` holds the global steps whose input batches the data pipeline should
+    skip when it replays them (the failing window and ``skip_extra_steps`` more):
+    replaying the same batches from the same state would diverge again.
+    """
+
+    number: int
+    failure: Failure
+    restored_step: int
+    path: str
+    skip: range
+
+    @property
+    def failed_step(self) -> int:
+        """The global step whose result diverged."""
+        return self.failure.step
+
+
+@final
+class NanTensorHook:
+    """Checks a loss every step; raises, stops or rolls back when it diverges.
+
+    With only ``loss_tensor`` and ``fail_on_nan_loss`` this is TF1's
+    ``NanTensorHook``: a NaN loss logs "Model diverged with loss = NaN." and
+    raises :class:`~monitored.NanLossDuringTrainingError` ("NaN loss during
+    training."; ``end`` is not called, as after any error), or with ``False``
+    logs and requests a stop. An infinite loss passes, as in TF1, unless
+    ``fail_on_inf``.
+
+    Args:
+        loss_tensor: the step output or state entry to watch (a name, or
+            ``monitored.optional(name)`` to accept steps without it).
+        fail_on_nan_loss: TF1's switch between raising and stopping.
+        fail_on_inf: treat an infinite loss as a failure too.
+        check_state_every_n_steps: every this many steps, scan every floating
+            array of the state for NaN and infinities (0: never).
+        on_nan: ``"raise"``, ``"stop"`` or ``"rollback"``; overrides
+            ``fail_on_nan_loss`` when given.
+        checkpoint_dir: where ``"rollback"`` finds checkpoints (default: the
+            session's ``checkpoint_dir``, or that of a checkpoint saver hook).
+        max_rollbacks: rollbacks allowed in a run; one more failure raises
+            :class:`RollbackError`.
+        skip_extra_steps: after a rollback, also skip the batches of this many
+            steps after the failing one (the recovery of large trainings: restart
+            from before a spike and skip the data around it).
+        on_rollback: called (sync or async) with each :class:`Rollback`, to tell
+            the input pipeline which steps' batches to skip.
+        spike_k: a finite loss more than ``spike_k`` standard deviations above
+            the mean of the last ``spike_window`` losses is a failure (``None``: off).
+        spike_window: the running window's length.
+        spike_min_samples: losses the window needs before spikes are judged.
+    """
+
+    #: Keys the hook's state (rollbacks done) in checkpoints.
+    plugin_name = "nan_tensor_hook"
+
+    def __init__(
+        self,
+        loss_tensor: str = "loss",
+        fail_on_nan_loss: bool = True,
+        *,
+        fail_on_inf: bool = False,
+        check_state_every_n_steps: int = 0,
+        on_nan: OnNan | None = None,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        max_rollbacks: int = 3,
+        skip_extra_steps: int = 0,
+        on_rollback: Callable[[Rollback], Any] | None = None,
+        spike_k: float | None = None,
+        spike_window: int = 100,
+        spike_min_samples: int = 20,
+    ) -> None:
+        where = "NanTensorHook"
+        if not isinstance(loss_tensor, str) or not loss_tensor:
+            raise NanGuardConfigError(f"{where}: loss_tensor must be a name, got {loss_tensor!r}")
+        if on_nan is None:
+            on_nan = "raise" if fail_on_nan_loss else "stop"
+        if on_nan not in ON_NAN:
+            raise NanGuardConfigError(f"{where}: on_nan must be one of {ON_NAN}, got {on_nan!r}")
+        for name, value, low in (
+            ("check_state_every_n_steps", check_state_every_n_steps, 0),
+            ("max_rollbacks", max_rollbacks, 0),
+            ("skip_extra_steps", skip_extra_steps, 0),
+            ("spike_window", spike_window, 2),
+            ("spike_min_samples", spike_min_samples, 2),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise NanGuardConfigError(
+                    f"{where}: {name} must be an integer >= {low}, got {value!r}"
+                )
+        if spike_k is not None and not (isinstance(spike_k, int | float) and spike_k > 0):
+            raise NanGuardConfigError(
+                f"{where}: spike_k must be a positive number, got {spike_k!r}"
+            )
+        self.loss_tensor = loss_tensor
+        self.fail_on_inf = fail_on_inf
+        self.on_nan: OnNan = on_nan
+        self.check_state_every_n_steps = check_state_every_n_steps
+        self.checkpoint_dir = os.fspath(checkpoint_dir) if checkpoint_dir is not None else None
+        self.max_rollbacks = max_rollbacks
+        self.skip_extra_steps = skip_extra_steps
+        self.on_rollback = on_rollback
+        self.spike_k = spike_k
+        self.spike_min_samples = min(spike_min_samples, spike_window)
+        self._window: deque[float] = deque(maxlen=spike_window)
+        self._sum = 0.0
+        self._sum_sq = 0.0
+        self._args = SessionRunArgs(loss_tensor)
+        self._next_scan: int | None = None
+        #: Every failure detected so far (also those that only stopped or rolled back).
+        self.failures: list[Failure] = []
+        #: Every rollback done, oldest first (kept across the restores themselves).
+        self.rollbacks: list[Rollback] = []
+        self._rollback_count = 0
+
+    # -- hooks ----------------------------------------------------------------------------------
+    def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
+        if self.check_state_every_n_steps:
+            self._next_scan = session.state.global_step + self.check_state_every_n_steps
+        if self.on_nan == "rollback":
+            if self.checkpoint_dir is None:
+                self.checkpoint_dir = _find_checkpoint_dir(session)
+            if self.checkpoint_dir is None:
+                raise NanGuardConfigError(
+                    "NanTensorHook: on_nan='rollback' needs checkpoints to roll back to; "
+                    "pass checkpoint_dir=, or give the session a checkpoint_dir "
+                    "(MonitoredTrainingSession) or a CheckpointSaverHook"
+                )
+            _checkpoint_module()  # fail now, not at the first divergence
+
+    def before_run(self, run_context: SessionRunContext) -> SessionRunArgs:
+        return self._args
+
+    @monitored.hookimpl(tryfirst=True)
+    def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> Any:
+        # Sync on purpose: a healthy step returns at once, creating no coroutine.
+        # tryfirst: a failure is handled before a checkpoint saver saves the step.
+        value = run_values.results
+        state = run_context.session.state
+        step = state.global_step
+        failure = None
+        if value is not None:
+            loss = self._scalar(value, step)
+            if loss != loss:
+                failure = Failure("nan", step, loss)
+            elif self.fail_on_inf and (loss == math.inf or loss == -math.inf):
+                failure = Failure("inf", step, loss)
+            elif self.spike_k is not None and loss != math.inf and loss != -math.inf:
+                failure = self._note_loss(loss, step)
+        next_scan = self._next_scan
+        if failure is None and next_scan is not None and step >= next_scan:
+            self._next_scan = step + self.check_state_every_n_steps
+            failure = scan_state(state, step)
+        if failure is None:
+            return None
+        return self._handle(run_context, failure)
+
+    def plugin_state(self) -> dict[str, Any]:
+        return {"rollbacks": self._rollback_count}
+
+    def load_plugin_state(self, state: dict[str, Any]) -> None:
+        # A resumed run counts the rollbacks of the run it resumes (a rollback keeps
+        # its own count across the restore it does, see _rollback).
+        self._rollback_count = int(state.get("rollbacks", 0))
+
+    # -- checks ---------------------------------------------------------------------------------
+    def _scalar(self, value: Any, step: int) -> float:
+        if getattr(value, "ndim", 0):
+            if value.size != 1:
+                raise NanGuardConfigError(
+                    f"NanTensorHook: loss_tensor {self.loss_tensor!r} must be a scalar, but at "
+                    f"step {step} it has shape {tuple(value.shape)}"
+                )
+            value = value.reshape(())
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise NanGuardConfigError(
+                f"NanTensorHook: loss_tensor {self.loss_tensor!r} must be a number, but at "
+                f"step {step} it is {type(value).__name__}"
+            ) from None
+
+    def _note_loss(self, loss: float, step: int) -> Failure | None:
+        """Judge ``loss`` against the running window, then add it (spikes are not added)."""
+        window = self._window
+        n = len(window)
+        assert self.spike_k is not None
+        if n >= self.spike_min_samples:
+            mean = self._sum / n
+            std = math.sqrt(max(self._sum_sq / n - mean * mean, 0.0))
+            limit = mean + self.spike_k * std
+            if std > 0 and loss > limit:
+                detail = (
+                    f"more than {self.spike_k:g} standard deviations above the mean "
+                    f"{mean:g} of the last {n} losses (limit {limit:g})"
+                )
+                return Failure("spike", step, loss, detail=detail)
+        if n == window.maxlen:
+            old = window[0]
+            self._sum -= old
+            self._sum_sq -= old * old
+        window.append(loss)
+        self._sum += loss
+        self._sum_sq += loss * loss
+        return None
+
+    def _reset_window(self) -> None:
+        self._window.clear()
+        self._sum = self._sum_sq = 0.0
+
+    # -- failures -------------------------------------------------------------------------------
+    def _handle(self, run_context: SessionRunContext, failure: Failure) -> Any:
+        self.failures.append(failure)
+        if failure.kind == "nan":
+            log.error(DIVERGED)
+        else:
+            log.error("NanTensorHook: %s", failure.describe())
+        if self.on_nan == "raise":
+            raise _error(failure)
+        if self.on_nan == "stop":
+            run_context.request_stop()
+            return None
+        return self._rollback(run_context, failure)
+
+    async def _rollback(self, run_context: SessionRunContext, failure: Failure) -> None:
+        session = run_context.session
+        done = self._rollback_count
+        if done >= self.max_rollbacks:
+            raise RollbackError(
+                f"NanTensorHook: {failure.describe()}, but max_rollbacks={self.max_rollbacks} "
+                f"rollbacks are done already; giving up"
+            ) from _error(failure)
+        assert self.checkpoint_dir is not None
+        path, _older = _older_checkpoint(self.checkpoint_dir, failure.step)
+        if path is None:
+            raise RollbackError(
+                f"NanTensorHook: {failure.describe()}, and {self.checkpoint_dir} holds no "
+                f"checkpoint older than step {failure.step} to roll back to"
+            ) from _error(failure)
+        checkpoint = _checkpoint_module()
+        if "cupy" in sys.modules:  # CuPy's stream belongs to this thread
+            manifest = checkpoint.restore(session.state, path)
+        else:
+            manifest = await anyio.to_thread.run_sync(checkpoint.restore, session.state, path)
+        await session.load_plugin_states(manifest.plugins)  # every plugin back to that step
+        self._rollback_count = done + 1
+        self._reset_window()
+        if self._next_scan is not None:
+            self._next_scan = session.state.global_step + self.check_state_every_n_steps
+        rollback = Rollback(
+            number=done + 1,
+            failure=failure,
+            restored_step=manifest.step,
+            path=path,
+            skip=range(manifest.step + 1, failure.step + 1 + self.skip_extra_steps),
+        )
+        self.rollbacks.append(rollback)
+        log.warning(
+            "NanTensorHook: rolled back to %s (step %d) after %s; rollback %d of at most %d, "
+            "skipping the batches of steps %d..%d",
+            path,
+            manifest.step,
+            failure.describe(),
+            rollback.number,
+            self.max_rollbacks,
+            rollback.skip.start,
+            rollback.skip.stop - 1,
+        )
+        if self.on_rollback is not None:
+            result = self.on_rollback(rollback)
+            if inspect.isawaitable(result):
+                await result
+
+    def is_skipped(self, step: int) -> bool:
+        """Whether the batch of global step ``step`` is to be skipped after a rollback."""
+        return any(step in rollback.skip for rollback in self.rollbacks)
+
+
+def scan_state(state: monitored.TrainState, step: int) -> Failure | None:
+    """The first floating state array holding NaN or infinities, as a :class:`Failure`.
+
+    One reduction per array on its device (a count of non-finite elements), and
+    one host transfer for all the counts.
+    """
+    names = [name for name, array in state.items() if array.dtype.kind in "fc"]
+    if not names:
+        return None
+    counts = []
+    for name in names:
+        array = state[name]
+        xp = _module_of(array)
+        counts.append(xp.count_nonzero(~xp.isfinite(array)))
+    for name, count in zip(names, to_host(counts), strict=True):
+        if int(count):
+            return Failure("state", step, array=name, count=int(count), size=int(state[name].size))
+    return None
+
+
+def _module_of(array: Any) -> Any:
+    if is_device_array(array):
+        import cupy
+
+        return cupy
+    return np
+
+
+def _error(failure: Failure) -> NanLossDuringTrainingError:
+    if failure.kind == "nan":
+        return NanLossDuringTrainingError(NAN_LOSS)
+    if failure.kind == "inf":
+        return NonFiniteLossError(f"Infinite loss during training: {failure.describe()}.")
+    if failure.kind == "spike":
+        return LossSpikeError(f"NanTensorHook: {failure.describe()}.")
+    return NonFiniteStateError(f"NanTensorHook: {failure.describe()}.")
+
+
+def _checkpoint_module() -> Any:
+    try:
+        import monitored_checkpoint
+    except ImportError:
+        raise NanGuardConfigError(
+            "NanTensorHook: on_nan='rollback' restores checkpoints with the "
+            "monitored-checkpoint plugin, which is not installed (pip install monitored-checkpoint)"
+        ) from None
+    return monitored_checkpoint
+
+
+def _find_checkpoint_dir(session: MonitoredSession) -> str | None:
+    config = session.training_config
+    if config is not None and config.checkpoint_dir is not None:
+        return config.checkpoint_dir
+    for info in session.plugins:
+        directory = getattr(info.plugin, "checkpoint_dir", None)
+        if isinstance(directory, str) and info.plugin is not None:
+            return directory
+    return None
+
+
+def _older_checkpoint(checkpoint_dir: str, step: int) -> tuple[str | None, int]:
+    """The newest checkpoint of ``checkpoint_dir`` from a step before ``step``."""
+    checkpoint = _checkpoint_module()
+    saved = checkpoint.checkpoint_state(checkpoint_dir)
+    paths: list[str] = list(saved.all_model_checkpoint_paths) if saved is not None else []
+    if not paths:
+        latest = checkpoint.latest_checkpoint(checkpoint_dir)
+        paths = [latest] if latest else []
+    best: tuple[str | None, int] = (None, -1)
+    for path in paths:
+        match = _STEP_SUFFIX.search(path)
+        if match is not None and best[1] < int(match[1]) < step:
+            best = (path, int(match[1]))
+    return best
