@@ -53,6 +53,14 @@ from .clipping import (
     clip_by_value,
     global_norm,
 )
+from .data import (
+    FIFOQueue,
+    QueueRunner,
+    add_queue_runner,
+    prefetch,
+    shuffle_batch,
+    start_queue_runners,
+)
 from .gradient_checker import compute_gradient, compute_gradient_error
 from .moving_averages import ExponentialMovingAverage
 from .optimizers import (
@@ -101,6 +109,7 @@ __all__ = [
     "Coordinator",
     "DeadlineExceededError",
     "ExponentialMovingAverage",
+    "FIFOQueue",
     "FeedFnHook",
     "FetchError",
     "FinalOpsHook",
@@ -129,6 +138,7 @@ __all__ = [
     "PluginValidationError",
     "ProximalAdagradOptimizer",
     "ProximalGradientDescentOptimizer",
+    "QueueRunner",
     "RMSPropOptimizer",
     "RawSession",
     "Scaffold",
@@ -147,6 +157,7 @@ __all__ = [
     "UnavailableError",
     "UnsupportedArgumentError",
     "__version__",
+    "add_queue_runner",
     "clip_by_average_norm",
     "clip_by_global_norm",
     "clip_by_norm",
@@ -167,6 +178,9 @@ __all__ = [
     "optional",
     "piecewise_constant",
     "polynomial_decay",
+    "prefetch",
+    "shuffle_batch",
+    "start_queue_runners",
     "to_host",
     "trainable_variables",
 ]

@@ -78,8 +78,8 @@ def check_batch(batch: Any, index: int, source: str, first: Signature | None) ->
     for path in list(had) + list(has):
         if path not in has or path not in had:
             raise BatchError(
-                f"source {source!r}: batch {index} has fields {list(has)}, but batch 0 had "
-                f"{list(had)} (field {path} differs)",
+                f"source {source!r}: batch {index} has fields {', '.join(has)}, but batch 0 "
+                f"had {', '.join(had)} (field {path} differs)",
                 source=source,
                 index=index,
                 field=path,
