@@ -16,7 +16,6 @@ batches wait, plus one in progress per worker; memory stays bounded.
 from __future__ import annotations
 
 import collections.abc
-import contextlib
 import inspect
 import logging
 import threading
@@ -34,6 +33,7 @@ from .._errors import OutOfRangeError
 from .._run import SessionRunArgs
 from ._errors import BatchError, ProducerError, ResumeMismatchError
 from ._structure import Signature, check_batch
+from ._wake import LoopWaker
 
 if TYPE_CHECKING:
     from .._coordinator import Coordinator
@@ -104,6 +104,7 @@ class Pipeline:
         self._num_workers = num_workers
         self._threads = threads
         self._window = buffer_size + num_workers
+        self._half = self._window // 2
         self._config: dict[str, Any] = dict(config or {})
         self._seed = seed
         self._epoch_length = epoch_length
@@ -131,8 +132,7 @@ class Pipeline:
         self._waiting: anyio.Event | None = None
         self._space_event: anyio.Event | None = None
         self._retire: anyio.Event | None = None
-        self._token: Any = None
-        self._loop_thread = 0
+        self._waker: LoopWaker | None = None
         self._spawn: Spawn | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._consumed_by_iteration = False
@@ -260,8 +260,7 @@ class Pipeline:
             self._stager.clear()
         if old is not None:
             old.set()
-        self._token = anyio.lowlevel.current_token()
-        self._loop_thread = threading.get_ident()
+        self._waker = LoopWaker()
         self._spawn(self._serve, gen, retire, name=f"input pipeline {self.name}")
 
     def _stop(self) -> None:
@@ -391,7 +390,6 @@ class Pipeline:
                     return
                 if not self._deposit(gen, index, batch):
                     return
-                await anyio.lowlevel.checkpoint()
         finally:
             if isinstance(iterator, AsyncIterator):
                 aclose = getattr(iterator, "aclose", None)
@@ -423,7 +421,9 @@ class Pipeline:
             if self._check and self._first is None:
                 self._first = first
             self._ready[index] = batch
-            event, self._waiting = self._waiting, None
+            event = None
+            if index == self._next:  # the consumer waits for this very batch
+                event, self._waiting = self._waiting, None
         if event is not None:
             self._set(event)
         return True
@@ -445,11 +445,8 @@ class Pipeline:
             self._set(event)
 
     def _set(self, event: anyio.Event) -> None:
-        if threading.get_ident() == self._loop_thread:
-            event.set()
-            return
-        with contextlib.suppress(RuntimeError):  # the event loop is gone: nobody waits
-            anyio.from_thread.run_sync(event.set, token=self._token)
+        if self._waker is not None:
+            self._waker.set(event)
 
     # -- the consumer ----------------------------------------------------------------------
     async def take(self) -> Any:
@@ -464,8 +461,12 @@ class Pipeline:
                 batch = self._ready.pop(index, _MISSING)
                 if batch is not _MISSING or (self._skips and self._skipped(index)):
                     self._next = index + 1
-                    self._space.notify()
-                    space, self._space_event = self._space_event, None
+                    # Producers resume once half the window is free, so a fast
+                    # source refills in bursts instead of one switch per batch.
+                    space = None
+                    if self._claim - self._next <= self._half:
+                        self._space.notify_all()
+                        space, self._space_event = self._space_event, None
                     if batch is _MISSING:
                         if space is not None:
                             space.set()

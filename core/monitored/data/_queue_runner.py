@@ -11,7 +11,6 @@ exactly; a queue's order depends on thread timing.
 from __future__ import annotations
 
 import collections
-import contextlib
 import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final
@@ -23,6 +22,7 @@ import anyio.lowlevel
 from .._coordinator import END_OF_INPUT
 from .._errors import OutOfRangeError
 from ._errors import QueueClosedError
+from ._wake import LoopWaker
 
 if TYPE_CHECKING:
     from .._coordinator import Coordinator
@@ -55,8 +55,8 @@ class FIFOQueue:
         self._items: collections.deque[Any] = collections.deque()
         self._cond = threading.Condition()
         self._closed = False
-        #: The dequeuing task's event, its loop's token and that loop's thread.
-        self._waiter: tuple[anyio.Event, Any, int] | None = None
+        #: The dequeuing task's event, and how to set it from a thread.
+        self._waiter: tuple[anyio.Event, LoopWaker] | None = None
 
     def size(self) -> int:
         """How many items wait."""
@@ -100,8 +100,7 @@ class FIFOQueue:
                 if self._closed:
                     raise OutOfRangeError(f"queue {self.name!r} is closed and empty")
                 event = anyio.Event()
-                token = anyio.lowlevel.current_token()
-                self._waiter = (event, token, threading.get_ident())
+                self._waiter = (event, LoopWaker())
             await event.wait()
 
     async def dequeue_many(self, n: int) -> list[Any]:
@@ -109,15 +108,9 @@ class FIFOQueue:
         return [await self.dequeue() for _ in range(n)]
 
 
-def _wake(waiter: tuple[anyio.Event, Any, int] | None) -> None:
-    if waiter is None:
-        return
-    event, token, loop_thread = waiter
-    if threading.get_ident() == loop_thread:
-        event.set()
-        return
-    with contextlib.suppress(RuntimeError):  # the event loop is gone: nobody waits
-        anyio.from_thread.run_sync(event.set, token=token)
+def _wake(waiter: tuple[anyio.Event, LoopWaker] | None) -> None:
+    if waiter is not None:
+        waiter[1].set(waiter[0])
 
 
 class QueueRunner:
