@@ -157,9 +157,15 @@ async def main(args: argparse.Namespace) -> None:
         f"Overlap, {args.steps} steps, medians of {args.repeats}: load {med['load_ms']:.2f} ms, "
         f"step {med['step_ms']:.2f} ms"
     )
-    print("| loop | ms/step | / max(load, step) |\n|---|---|---|")
-    print(f"| sequential | {med['sequential_ms']:.2f} | {med['sequential_ratio']:.2f}x |")
-    print(f"| prefetch, 2 workers | {med['prefetch_ms']:.2f} | {med['prefetch_ratio']:.2f}x |")
+    lo = {key: min(r[key] for r in runs) for key in runs[0]}
+    hi = {key: max(r[key] for r in runs) for key in runs[0]}
+    print("| loop | ms/step | / max(load, step), median | min-max over repeats |")
+    print("|---|---|---|---|")
+    for label, key in (("sequential", "sequential"), ("prefetch, 2 workers", "prefetch")):
+        print(
+            f"| {label} | {med[key + '_ms']:.2f} | {med[key + '_ratio']:.2f}x | "
+            f"{lo[key + '_ratio']:.2f}-{hi[key + '_ratio']:.2f}x |"
+        )
     print(f"\nOverhead per batch, free source, {args.batches} batches, medians:")
     print("| buffer_size | producer | plain generator us | prefetch us | overhead us |")
     print("|---|---|---|---|---|")
