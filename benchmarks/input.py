@@ -131,7 +131,7 @@ async def overhead(batches: int, buffer_size: int, threads: bool) -> tuple[float
         pass
     plain = (time.perf_counter() - start) / batches
 
-    pipeline = data.prefetch(Free(), buffer_size=buffer_size, threads=threads, check=False)
+    pipeline = data.prefetch(Free(), buffer_size=buffer_size, threads=threads)
     async with pipeline:
         start = time.perf_counter()
         async for _ in pipeline:

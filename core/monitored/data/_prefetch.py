@@ -32,7 +32,7 @@ from .._coordinator import END_OF_INPUT
 from .._errors import OutOfRangeError
 from .._run import SessionRunArgs
 from ._errors import BatchError, ProducerError, ResumeMismatchError
-from ._structure import Signature, check_batch
+from ._structure import Signature, check_batch, quick_signature
 from ._wake import LoopWaker
 
 if TYPE_CHECKING:
@@ -129,6 +129,9 @@ class Pipeline:
         self._error: tuple[int, BaseException] | None = None
         self._ready: dict[int, Any] = {}
         self._first: Signature | None = None
+        #: ``quick_signature`` of the first batch: a batch that matches it is fine.
+        self._quick: Any = None
+        self._first_index = 0
         self._waiting: anyio.Event | None = None
         self._space_event: anyio.Event | None = None
         self._retire: anyio.Event | None = None
@@ -410,16 +413,15 @@ class Pipeline:
 
     def _deposit(self, gen: int, index: int, batch: Any) -> bool:
         if self._check:
-            try:
-                first = check_batch(batch, index, self.name, self._first)
-            except BatchError as exc:
-                self._fail(gen, index, exc)
-                return False
+            quick = quick_signature(batch)
+            if quick is None or quick != self._quick:
+                error = self._check_slowly(batch, index, quick)
+                if error is not None:
+                    self._fail(gen, index, error)
+                    return False
         with self._lock:
             if gen != self._gen:
                 return False
-            if self._check and self._first is None:
-                self._first = first
             self._ready[index] = batch
             event = None
             if index == self._next:  # the consumer waits for this very batch
@@ -427,6 +429,18 @@ class Pipeline:
         if event is not None:
             self._set(event)
         return True
+
+    def _check_slowly(self, batch: Any, index: int, quick: Any) -> BatchError | None:
+        """The full check, against the first batch checked (under the lock, so two
+        workers cannot both take their batch for the first)."""
+        with self._lock:
+            try:
+                first = check_batch(batch, index, self.name, self._first, self._first_index)
+            except BatchError as exc:
+                return exc
+            if self._first is None:
+                self._first, self._first_index, self._quick = first, index, quick
+        return None
 
     def _fail(self, gen: int, index: int, exc: BaseException) -> None:
         with self._lock:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .._backend import is_array
 from ._errors import BatchError
 
@@ -50,8 +52,29 @@ def signature(leaves: list[tuple[str, Any]]) -> Signature:
     return tuple((path, str(leaf.dtype), tuple(leaf.shape[1:])) for path, leaf in leaves)
 
 
-def check_batch(batch: Any, index: int, source: str, first: Signature | None) -> Signature:
-    """Raise :class:`BatchError` unless ``batch`` is arrays shaped like the first batch."""
+def quick_signature(batch: Any) -> Any:
+    """A cheap comparable summary of a NumPy batch, or ``None`` (use the full check).
+
+    The per-batch check is on the hot path of every pipeline; this covers the
+    common case (NumPy arrays in tuples, lists and dicts) in about a microsecond.
+    """
+    kind = type(batch)
+    if kind is np.ndarray:
+        return (batch.dtype, batch.shape[1:]) if batch.ndim else None
+    if kind is tuple or kind is list:
+        items = tuple(quick_signature(value) for value in batch)
+        return None if None in items else (kind, items)
+    if kind is dict:
+        entries = tuple((key, quick_signature(value)) for key, value in batch.items())
+        return None if any(sig is None for _, sig in entries) else (dict, entries)
+    return None
+
+
+def check_batch(
+    batch: Any, index: int, source: str, first: Signature | None, first_index: int = 0
+) -> Signature:
+    """Raise :class:`BatchError` unless ``batch`` is arrays shaped like ``first``
+    (the signature of batch ``first_index``, the first one checked)."""
     leaves = flatten(batch)
     for path, leaf in leaves:
         if not is_array(leaf):
@@ -78,8 +101,8 @@ def check_batch(batch: Any, index: int, source: str, first: Signature | None) ->
     for path in list(had) + list(has):
         if path not in has or path not in had:
             raise BatchError(
-                f"source {source!r}: batch {index} has fields {', '.join(has)}, but batch 0 "
-                f"had {', '.join(had)} (field {path} differs)",
+                f"source {source!r}: batch {index} has fields {', '.join(has)}, but batch "
+                f"{first_index} had {', '.join(had)} (field {path} differs)",
                 source=source,
                 index=index,
                 field=path,
@@ -88,13 +111,14 @@ def check_batch(batch: Any, index: int, source: str, first: Signature | None) ->
             (d0, s0), (d1, s1) = had[path], has[path]
             raise BatchError(
                 f"source {source!r}: batch {index}, field {path} is {d1} with per-example "
-                f"shape {s1}, but batch 0 had {d0} with {s0}",
+                f"shape {s1}, but batch {first_index} had {d0} with {s0}",
                 source=source,
                 index=index,
                 field=path,
             )
     raise BatchError(  # pragma: no cover - same fields and entries, different order
-        f"source {source!r}: batch {index} lists its fields in another order than batch 0",
+        f"source {source!r}: batch {index} lists its fields in another order than batch "
+        f"{first_index}",
         source=source,
         index=index,
         field="<batch>",
