@@ -144,7 +144,7 @@ async def main(args: argparse.Namespace) -> None:
     runs = [await overlap(args.work_ms, args.steps) for _ in range(args.repeats)]
     med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
     rows = []
-    for buffer_size in (2, 64):
+    for buffer_size in (2, 16, 64):
         for threads in (False, True):
             pairs = [
                 await overhead(args.batches, buffer_size, threads) for _ in range(args.repeats)

@@ -81,6 +81,7 @@ class Pipeline:
         device: bool = False,
         stop_grace_period_secs: float | None = None,
         check: bool = True,
+        async_source: bool = False,
     ) -> None:
         if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
             raise ValueError(f"buffer_size must be an int >= 1, got {buffer_size!r}")
@@ -103,6 +104,10 @@ class Pipeline:
         self._buffer_size = buffer_size
         self._num_workers = num_workers
         self._threads = threads
+        #: Batches are made by sync code in the event loop's thread (task producers).
+        self._sync_in_loop = not threads and not async_source
+        #: The iterator of a sync source read by task producers, with its generation.
+        self._shared: tuple[int, Iterator[Any]] | None = None
         self._window = buffer_size + num_workers
         self._half = self._window // 2
         self._config: dict[str, Any] = dict(config or {})
@@ -355,12 +360,10 @@ class Pipeline:
                 if not self._deposit(gen, index, batch):
                     return
         finally:
-            close = getattr(iterator, "close", None)
-            if close is not None:
-                close()
+            _close(iterator)
 
     async def _task_worker(self, gen: int) -> None:
-        iterator: Iterator[Any] | AsyncIterator[Any] | None = None
+        iterator: AsyncIterator[Any] | None = None
         try:
             while True:
                 space: anyio.Event | None = None
@@ -375,17 +378,17 @@ class Pipeline:
                 if space is not None:
                     await space.wait()
                     continue
+                if self._sync_in_loop:
+                    if not self._make_here(gen, index):
+                        return
+                    continue
                 try:
-                    if self._load is not None:
-                        batch = self._load(index)
-                    else:
-                        if iterator is None:
-                            assert self._open_iter is not None
-                            iterator = self._open_iter(index)
-                        if isinstance(iterator, AsyncIterator):
-                            batch = await iterator.__anext__()
-                        else:
-                            batch = next(iterator)
+                    if iterator is None:
+                        assert self._open_iter is not None
+                        opened = self._open_iter(index)
+                        assert isinstance(opened, AsyncIterator)
+                        iterator = opened
+                    batch = await iterator.__anext__()
                 except anyio.get_cancelled_exc_class():
                     raise
                 except BaseException as exc:
@@ -394,15 +397,39 @@ class Pipeline:
                 if not self._deposit(gen, index, batch):
                     return
         finally:
-            if isinstance(iterator, AsyncIterator):
+            if iterator is not None:
                 aclose = getattr(iterator, "aclose", None)
                 if aclose is not None:
                     with anyio.CancelScope(shield=True):
                         await aclose()
-            elif iterator is not None:
-                close = getattr(iterator, "close", None)
-                if close is not None:
-                    close()
+            shared = self._shared
+            if shared is not None and shared[0] == gen:
+                self._shared = None
+                _close(shared[1])
+
+    def _make_here(self, gen: int, index: int) -> bool:
+        """Make batch ``index`` of a sync source in the event loop's thread.
+
+        Called by task producers, and by the consumer itself when the batch it
+        needs is not made yet: a sync load in a task blocks the loop either way,
+        so making it at once saves two task switches per refill. Both claim
+        indices under the lock and make them without awaiting in between, so a
+        shared iterator is read in index order.
+        """
+        try:
+            if self._load is not None:
+                batch = self._load(index)
+            else:
+                shared = self._shared
+                if shared is None or shared[0] != gen:
+                    if shared is not None:
+                        _close(shared[1])
+                    shared = self._shared = (gen, self._open_sync(index))
+                batch = next(shared[1])
+        except BaseException as exc:
+            self._fail(gen, index, exc)
+            return False
+        return self._deposit(gen, index, batch)
 
     def _open_sync(self, index: int) -> Iterator[Any]:
         assert self._open_iter is not None
@@ -490,7 +517,12 @@ class Pipeline:
                     following = self._ready.get(index + 1, _MISSING)
                     break
                 self._raise_locked(index)
-                event = self._waiting = anyio.Event()
+                claimed = self._claim_locked(self._gen) if self._sync_in_loop else None
+                if claimed is None or claimed < 0:
+                    event = self._waiting = anyio.Event()
+            if claimed is not None and claimed >= 0:
+                self._make_here(self._gen, claimed)
+                continue
             await event.wait()
         stager = self._stager
         if stager is not None:
@@ -628,7 +660,11 @@ def prefetch(
                 f"source {label!r} is an async iterable: it runs in a task, not a thread"
             )
         _check_repeatable(source, num_epochs, label)
-        common |= {"open_iter": _async_opener(source, num_epochs), "threads": False}
+        common |= {
+            "open_iter": _async_opener(source, num_epochs),
+            "threads": False,
+            "async_source": True,
+        }
     elif _is_sequence(source):
         sequence: Any = source
         size = len(sequence)
@@ -663,6 +699,12 @@ def prefetch(
     if feed is True:
         feed = "batch"
     return FeedingPipeline(feed=feed, **common)
+
+
+def _close(iterator: object) -> None:
+    close = getattr(iterator, "close", None)
+    if close is not None:
+        close()
 
 
 def _raise_end() -> Any:
