@@ -55,6 +55,11 @@ class DeviceStager:
         cupy = self._cupy
         if self._stream is None:
             self._stream = cupy.cuda.Stream(non_blocking=True)
+        # The device buffers come from the memory pool of the current stream: the
+        # copy must not overwrite a block that work queued there before still
+        # reads. Waiting for what is queued now (the previous step, not the one
+        # about to run) keeps the copy beside the coming step.
+        self._stream.wait_event(cupy.cuda.get_current_stream().record())
         slot = self._slot
         self._slot = 1 - slot
         previous = self._events[slot]
