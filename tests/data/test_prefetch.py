@@ -144,7 +144,7 @@ async def test_feed_none_spreads_dict_batches_as_keyword_arguments() -> None:
 
 @pytest.mark.parametrize("threads", [True, False])
 async def test_a_producer_error_is_raised_from_the_step_naming_source_and_batch(
-    threads: bool,
+    threads: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     def load(i: int) -> np.ndarray:
         if i == 3:
@@ -163,6 +163,7 @@ async def test_a_producer_error_is_raised_from_the_step_naming_source_and_batch(
             while not sess.should_stop():
                 await sess.run(step)
     assert steps == [0, 1, 2]  # the batches before the failed one are not lost
+    assert "before any step needed it" not in caplog.text
     assert info.value.index == 3
     assert info.value.source == "load"
     assert isinstance(info.value.__cause__, KeyError)
@@ -361,3 +362,20 @@ async def test_a_recreated_session_restarts_the_pipeline_where_it_was() -> None:
     # The step that failed consumed batch 4; the retry takes the next one (as
     # TF1's dequeue would), and nothing is delivered twice.
     assert seen == [0, 1, 2, 3, 5, 6, 7]
+
+
+async def test_a_failure_no_step_reached_is_logged_at_close(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def load(i: int) -> np.ndarray:
+        if i == 2:
+            raise OSError("bad sector")
+        return np.full(1, i)
+
+    pipeline = data.prefetch(load, name="disk", buffer_size=3)
+    with caplog.at_level(logging.WARNING, logger="monitored"):
+        async with pipeline:
+            await pipeline.take()
+            while pipeline._error is None:  # noqa: ASYNC110 (set by a thread)
+                await anyio.sleep(0.001)
+    assert "'disk': the source failed making batch 2 (OSError: bad sector)" in caplog.text

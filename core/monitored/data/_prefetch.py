@@ -132,6 +132,7 @@ class Pipeline:
         self._limit: int | None = length
         self._end: int | None = length
         self._error: tuple[int, BaseException] | None = None
+        self._error_raised = False
         self._ready: dict[int, Any] = {}
         self._first: Signature | None = None
         #: ``quick_signature`` of the first batch: a batch that matches it is fine.
@@ -260,6 +261,7 @@ class Pipeline:
             self._claim = self._after_skips(self._next)
             self._limit = self._end = self._length
             self._error = None
+            self._error_raised = False
             self._ready = {}
             self._space.notify_all()
             old, self._retire = self._retire, anyio.Event()
@@ -273,7 +275,7 @@ class Pipeline:
 
     def _stop(self) -> None:
         with self._lock:
-            self._running = False
+            was_running, self._running = self._running, False
             self._gen += 1
             self._space.notify_all()
             events = [self._waiting, self._space_event, self._retire]
@@ -281,6 +283,8 @@ class Pipeline:
         for event in events:
             if event is not None:
                 event.set()
+        if was_running:
+            self._report_unconsumed_error()
 
     async def _serve(self, gen: int, retire: anyio.Event) -> None:
         threads: list[threading.Thread] = []
@@ -303,6 +307,21 @@ class Pipeline:
                 if self._gen == gen:
                     self._stop()
                 await self._join(threads)
+
+    def _report_unconsumed_error(self) -> None:
+        """Log a producer's failure that no step reached (the run stopped before)."""
+        error = self._error
+        if error is not None and not self._error_raised:
+            index, exc = error
+            log.warning(
+                "input pipeline %r: the source failed making batch %d (%s: %s); the run "
+                "stopped at batch %d, before any step needed it",
+                self.name,
+                index,
+                type(exc).__name__,
+                exc,
+                self._next,
+            )
 
     async def _join(self, threads: list[threading.Thread]) -> None:
         grace = self._grace if self._grace is not None else _DEFAULT_GRACE_SECS
@@ -534,6 +553,7 @@ class Pipeline:
     def _raise_locked(self, index: int) -> None:
         if self._error is not None and self._error[0] == index:
             exc = self._error[1]
+            self._error_raised = True
             if isinstance(exc, BatchError):
                 raise exc
             raise ProducerError(
