@@ -379,3 +379,12 @@ async def test_a_failure_no_step_reached_is_logged_at_close(
             while pipeline._error is None:  # noqa: ASYNC110 (set by a thread)
                 await anyio.sleep(0.001)
     assert "'disk': the source failed making batch 2 (OSError: bad sector)" in caplog.text
+
+
+async def test_a_one_shot_iterator_cannot_be_rolled_back() -> None:
+    pipeline = data.prefetch(iter(batches(6)), name="once")
+    async with pipeline:
+        assert int((await pipeline.take())[0]) == 0
+        pipeline.load_plugin_state({**pipeline.plugin_state(), "next": 0})
+        with pytest.raises(data.ProducerError, match="cannot go back to batch 0"):
+            await pipeline.take()

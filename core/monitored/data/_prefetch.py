@@ -752,6 +752,9 @@ def _check_repeatable(source: object, num_epochs: int | None, label: str) -> Non
 
 
 def _sync_opener(source: Iterable[Any], num_epochs: int | None) -> Callable[[int], Iterator[Any]]:
+    if isinstance(source, Iterator):
+        return _one_shot_opener(source)
+
     def iterate_from(start: int) -> Iterator[Any]:
         position, epoch = 0, 0
         while num_epochs is None or epoch < num_epochs:
@@ -763,6 +766,28 @@ def _sync_opener(source: Iterable[Any], num_epochs: int | None) -> Callable[[int
             if position == before:  # an empty pass: nothing more will come
                 return
             epoch += 1
+
+    return iterate_from
+
+
+def _one_shot_opener(source: Iterator[Any]) -> Callable[[int], Iterator[Any]]:
+    """An iterator (a generator object) can go forward only: reopening it at a
+    later position skips ahead; at an earlier one (an in-process rollback) it
+    cannot, and says so."""
+    read = 0
+
+    def iterate_from(start: int) -> Iterator[Any]:
+        nonlocal read
+        if start < read:
+            raise ValueError(
+                f"the source is an iterator already read up to batch {read}: it cannot go "
+                f"back to batch {start}; pass a re-iterable source (a list, or an object "
+                "whose __iter__ makes a new generator)"
+            )
+        for item in source:
+            read += 1
+            if read > start:
+                yield item
 
     return iterate_from
 
