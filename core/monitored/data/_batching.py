@@ -60,7 +60,8 @@ def batch(
         allow_smaller_final_batch: deliver the last, incomplete batch (else dropped).
         num_epochs: passes over the examples (``None``: forever, as TF1's producers).
         name: the pipeline's name in errors and checkpoints.
-        feed, device: as for :func:`~monitored.data.prefetch`.
+        feed: as for :func:`~monitored.data.prefetch`.
+        device: as for :func:`~monitored.data.prefetch`.
 
     ``shapes``, ``dynamic_pad`` and ``shared_name`` have no meaning here.
     """
