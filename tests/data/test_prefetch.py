@@ -396,3 +396,10 @@ async def test_a_one_shot_iterator_cannot_be_rolled_back() -> None:
         pipeline.load_plugin_state({**pipeline.plugin_state(), "next": 0})
         with pytest.raises(data.ProducerError, match="cannot go back to batch 0"):
             await pipeline.take()
+
+
+async def test_a_feeding_pipeline_cannot_also_be_iterated() -> None:
+    pipeline = data.prefetch(batches(3), feed="batch")
+    async with pipeline:
+        with pytest.raises(TypeError, match="feeds the step itself"):
+            await pipeline.__anext__()

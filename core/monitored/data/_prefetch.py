@@ -600,6 +600,13 @@ class FeedingPipeline(Pipeline):
         super().__init__(**kwargs)
         self._feed = feed
 
+    async def __anext__(self) -> Any:
+        raise TypeError(
+            f"input pipeline {self.name!r} feeds the step itself (feed={self._feed!r}); "
+            "iterating it too would hand each batch to one or the other. Make it with "
+            "feed=False to iterate it"
+        )
+
     async def before_run(self, run_context: SessionRunContext) -> SessionRunArgs:
         """Take the next batch and hand it to the step."""
         batch = await self.take()
