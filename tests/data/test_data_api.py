@@ -32,3 +32,4 @@ async def test_a_pipeline_registers_as_a_hook_under_its_plugin_name() -> None:
     pipeline = data.prefetch([np.zeros(1)], name="digits")
     async with monitored.MonitoredSession(hooks=[data.prefetch([], name="x"), pipeline]) as sess:
         assert [info.name for info in sess.plugins] == ["input:x", "input:digits"]
+        assert data.pipelines(sess)[1] is pipeline

@@ -14,7 +14,7 @@ See ``docs/data.md``.
 
 from ._batching import batch, shuffle_batch
 from ._errors import BatchError, DataError, ProducerError, QueueClosedError, ResumeMismatchError
-from ._prefetch import FeedingPipeline, Pipeline, prefetch
+from ._prefetch import FeedingPipeline, Pipeline, pipelines, prefetch
 from ._queue_runner import FIFOQueue, QueueRunner, add_queue_runner, start_queue_runners
 from ._sharding import shard
 
@@ -30,6 +30,7 @@ __all__ = [
     "ResumeMismatchError",
     "add_queue_runner",
     "batch",
+    "pipelines",
     "prefetch",
     "shard",
     "shuffle_batch",

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from .._session import MonitoredSession
     from ._staging import DeviceStager
 
-__all__ = ["Pipeline", "prefetch"]
+__all__ = ["FeedingPipeline", "Pipeline", "pipelines", "prefetch"]
 
 log = logging.getLogger("monitored")
 
@@ -726,6 +726,15 @@ def prefetch(
     if feed is True:
         feed = "batch"
     return FeedingPipeline(feed=feed, **common)
+
+
+def pipelines(session: MonitoredSession) -> list[Pipeline]:
+    """The input pipelines registered in ``session`` (in ``hooks=[...]``), in call order.
+
+    For plugins that act on the input: a NaN guard rolling back to a checkpoint
+    calls :meth:`Pipeline.skip` on each to leave out the batches that followed.
+    """
+    return [info.plugin for info in session.plugins if isinstance(info.plugin, Pipeline)]
 
 
 def _close(iterator: object) -> None:
