@@ -403,3 +403,11 @@ async def test_a_feeding_pipeline_cannot_also_be_iterated() -> None:
     async with pipeline:
         with pytest.raises(TypeError, match="feeds the step itself"):
             await pipeline.__anext__()
+
+
+async def test_a_batch_turning_into_another_container_is_caught() -> None:
+    first = (np.zeros(2), np.zeros(2))
+    with pytest.raises(data.BatchError, match="batch 1 has fields"):
+        await drain(data.prefetch([first, {"a": np.zeros(2)}], threads=False))
+    with pytest.raises(data.BatchError, match=r"batch 1, field \[1\] is float32"):
+        await drain(data.prefetch([first, (np.zeros(2), np.zeros(2, np.float32))]))

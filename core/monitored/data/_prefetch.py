@@ -408,9 +408,7 @@ class Pipeline:
                         assert isinstance(opened, AsyncIterator)
                         iterator = opened
                     batch = await iterator.__anext__()
-                except anyio.get_cancelled_exc_class():
-                    raise
-                except BaseException as exc:
+                except Exception as exc:  # cancellation and interrupts propagate
                     self._fail(gen, index, exc)
                     return
                 if not self._deposit(gen, index, batch):
@@ -445,7 +443,7 @@ class Pipeline:
                         _close(shared[1])
                     shared = self._shared = (gen, self._open_sync(index))
                 batch = next(shared[1])
-        except BaseException as exc:
+        except Exception as exc:  # in the loop's thread: interrupts propagate
             self._fail(gen, index, exc)
             return False
         return self._deposit(gen, index, batch)

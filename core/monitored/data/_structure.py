@@ -60,7 +60,9 @@ def quick_signature(batch: Any) -> Any:
     """
     kind = type(batch)
     if kind is np.ndarray:
-        return (batch.dtype, batch.shape[1:]) if batch.ndim else None
+        # Tagged, so a dtype is only ever compared with a dtype (``np.dtype("f8") ==
+        # None`` is true, and other comparisons go through dtype conversion).
+        return ("array", batch.dtype, batch.shape[1:]) if batch.ndim else None
     if kind is tuple or kind is list:
         items = tuple(quick_signature(value) for value in batch)
         return None if None in items else (kind, items)
