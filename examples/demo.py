@@ -12,8 +12,9 @@ A one-hidden-layer MLP in plain NumPy (hand-written backprop), driven by an asyn
   ``clip_by_global_norm`` update the weights; its slots live in the state;
 * with the ``monitored-checkpoint`` plugin installed, checkpoints go to
   ``--checkpoint-dir`` (default ``runs/demo``) and a second run resumes from
-  them, bit for bit: batches are drawn with the state's RNG, which the
-  checkpoint holds. Run it again with a larger ``--steps`` to train further;
+  them, bit for bit: ``monitored.data.shuffle_batch`` prepares the batches in
+  two threads ahead of the step and saves its position with each checkpoint.
+  Run it again with a larger ``--steps`` to train further;
 * with ``monitored-nan-guard`` and ``monitored-progress`` installed (``uv run
   --all-packages`` installs the workspace), a NaN loss stops training with TF1's
   error and a progress bar shows on a terminal, without a line of code here.
@@ -128,15 +129,6 @@ class EvalHook:
         self.best = state["best"]
 
 
-def sample_batch(
-    state: monitored.TrainState, x: np.ndarray, y: np.ndarray, batch_size: int = 32
-) -> tuple[np.ndarray, np.ndarray]:
-    """A random minibatch drawn with the state's RNG, so a resumed run draws the
-    same batches as an uninterrupted one (the RNG state is in the checkpoint)."""
-    index = state.rng.integers(0, len(x), batch_size)
-    return x[index], y[index]
-
-
 async def train(
     steps: int, seed: int = 0, checkpoint_dir: str | None = None
 ) -> monitored.TrainState:
@@ -158,6 +150,21 @@ async def train(
                 save_steps=100, output_dir=checkpoint_dir, scalars=["loss"], histograms=["w1"]
             )
         )
+    # Shuffled batches of 32, made ahead by two threads and fed to train_step as
+    # `batch`; their position is saved with each checkpoint (exact resume).
+    hooks.append(
+        monitored.data.shuffle_batch(
+            (x_train, y_train),
+            32,
+            capacity=256,
+            min_after_dequeue=128,
+            num_threads=2,
+            seed=seed,
+            enqueue_many=True,
+            feed="batch",
+            name="digits",
+        )
+    )
     async with monitored.MonitoredTrainingSession(
         state,
         hooks=hooks,
@@ -168,7 +175,7 @@ async def train(
         if sess.restored_from is not None:
             print(f"resumed from {sess.restored_from} at step {state.global_step}")
         while not sess.should_stop():
-            await sess.run(train_step, sample_batch(state, x_train, y_train))
+            await sess.run(train_step)
     final = accuracy(state, x_test, y_test)
     print(f"held-out accuracy after {state.global_step} steps: {final:.3f}")
     return state

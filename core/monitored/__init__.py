@@ -54,6 +54,14 @@ from .clipping import (
     clip_by_value,
     global_norm,
 )
+from .data import (
+    FIFOQueue,
+    QueueRunner,
+    add_queue_runner,
+    prefetch,
+    shuffle_batch,
+    start_queue_runners,
+)
 from .evaluation import evaluate_once, evaluate_repeatedly
 from .gradient_checker import compute_gradient, compute_gradient_error
 from .moving_averages import ExponentialMovingAverage, assign_moving_average, ensure_zero_debias
@@ -103,6 +111,7 @@ __all__ = [
     "Coordinator",
     "DeadlineExceededError",
     "ExponentialMovingAverage",
+    "FIFOQueue",
     "FeedFnHook",
     "FetchError",
     "FinalOpsHook",
@@ -133,6 +142,7 @@ __all__ = [
     "ProfilerHook",
     "ProximalAdagradOptimizer",
     "ProximalGradientDescentOptimizer",
+    "QueueRunner",
     "RMSPropOptimizer",
     "RawSession",
     "RunOptions",
@@ -153,6 +163,7 @@ __all__ = [
     "UnavailableError",
     "UnsupportedArgumentError",
     "__version__",
+    "add_queue_runner",
     "assign_moving_average",
     "clip_by_average_norm",
     "clip_by_global_norm",
@@ -177,6 +188,9 @@ __all__ = [
     "optional",
     "piecewise_constant",
     "polynomial_decay",
+    "prefetch",
+    "shuffle_batch",
+    "start_queue_runners",
     "to_host",
     "trainable_variables",
 ]

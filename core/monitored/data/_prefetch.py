@@ -1,0 +1,832 @@
+"""``prefetch``: batches made ahead of the step, in tasks or threads, resumable exactly.
+
+Every batch has a global index (0, 1, 2, ... across epochs). Producers claim the
+next index, make that batch and leave it in a reorder buffer; the consumer (the
+step loop, through ``async for`` or the feeding hook) takes index after index.
+So the order of batches never depends on which worker was faster, and the
+position of the input is one integer: the index of the next batch a step will
+consume. That integer (with the skipped ranges and the shuffle seed) is the
+pipeline's plugin state, saved with each checkpoint at the step it was taken.
+
+Backpressure: a producer may claim index ``g`` only while
+``g < next + buffer_size + num_workers``, so at most ``buffer_size`` finished
+batches wait, plus one in progress per worker; memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import inspect
+import logging
+import threading
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+import anyio.abc
+import anyio.from_thread
+import anyio.lowlevel
+
+from .._coordinator import END_OF_INPUT
+from .._errors import OutOfRangeError
+from .._run import SessionRunArgs
+from ._errors import BatchError, ProducerError, ResumeMismatchError
+from ._structure import Signature, check_batch, quick_signature
+from ._wake import LoopWaker
+
+if TYPE_CHECKING:
+    from .._coordinator import Coordinator
+    from .._run import SessionRunContext
+    from .._session import MonitoredSession
+    from ._staging import DeviceStager
+
+__all__ = ["FeedingPipeline", "Pipeline", "pipelines", "prefetch"]
+
+log = logging.getLogger("monitored")
+
+_MISSING: Final = object()
+_POLL_SECS: Final = 0.005
+_DEFAULT_GRACE_SECS: Final = 120.0
+
+Spawn = Callable[..., Any]
+
+
+class Pipeline:
+    """An input pipeline: an async iterable of batches and a session hook.
+
+    Made by :func:`prefetch`, :func:`~monitored.data.batch` or
+    :func:`~monitored.data.shuffle_batch`. Pass it in ``hooks=[...]`` of the
+    session: the session starts its producers when it is created, saves its
+    position with every checkpoint and stops them when it closes. Outside a
+    session, ``async with pipeline:`` starts and stops them.
+    """
+
+    #: Version of the layout returned by ``plugin_state``.
+    plugin_state_version = 1
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        load: Callable[[int], Any] | None = None,
+        open_iter: Callable[[int], Iterator[Any] | AsyncIterator[Any]] | None = None,
+        length: int | None = None,
+        buffer_size: int = 2,
+        num_workers: int = 1,
+        threads: bool = True,
+        config: Mapping[str, Any] | None = None,
+        seed: int | None = None,
+        epoch_length: int | None = None,
+        device: bool = False,
+        stop_grace_period_secs: float | None = None,
+        check: bool = True,
+        async_source: bool = False,
+    ) -> None:
+        if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
+            raise ValueError(f"buffer_size must be an int >= 1, got {buffer_size!r}")
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+            raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
+        if (load is None) == (open_iter is None):
+            raise TypeError("a Pipeline needs exactly one of load and open_iter")
+        if open_iter is not None and num_workers > 1:
+            raise ValueError(
+                f"source {name!r} is read in order (an iterable): num_workers must be 1, got "
+                f"{num_workers}; for parallel loading give a function of the batch index or "
+                "a sequence"
+            )
+        #: The name of the source, used in errors and as the plugin name ``input:<name>``.
+        self.name = name
+        self.plugin_name = f"input:{name}"
+        self._load = load
+        self._open_iter = open_iter
+        self._length = length
+        self._buffer_size = buffer_size
+        self._num_workers = num_workers
+        self._threads = threads
+        #: Batches are made by sync code in the event loop's thread (task producers).
+        self._sync_in_loop = not threads and not async_source
+        #: The iterator of a sync source read by task producers, with its generation.
+        self._shared: tuple[int, Iterator[Any]] | None = None
+        self._window = buffer_size + num_workers
+        self._half = self._window // 2
+        self._config: dict[str, Any] = dict(config or {})
+        self._seed = seed
+        self._epoch_length = epoch_length
+        self._grace = stop_grace_period_secs
+        self._check = check
+        self._stager: DeviceStager | None = None
+        if device:
+            from ._staging import DeviceStager
+
+            self._stager = DeviceStager()
+        # -- position (what a checkpoint saves) --
+        self._next = 0
+        self._skips: list[tuple[int, int]] = []
+        # -- runtime, guarded by _lock --
+        self._lock = threading.Lock()
+        self._space = threading.Condition(self._lock)
+        self._gen = 0
+        self._running = False
+        self._claim = 0
+        self._limit: int | None = length
+        self._end: int | None = length
+        self._error: tuple[int, BaseException] | None = None
+        self._error_raised = False
+        self._ready: dict[int, Any] = {}
+        self._first: Signature | None = None
+        #: ``quick_signature`` of the first batch: a batch that matches it is fine.
+        self._quick: Any = None
+        self._first_index = 0
+        self._waiting: anyio.Event | None = None
+        self._space_event: anyio.Event | None = None
+        self._retire: anyio.Event | None = None
+        self._waker: LoopWaker | None = None
+        self._spawn: Spawn | None = None
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._consumed_by_iteration = False
+
+    # -- the position ----------------------------------------------------------------------
+    @property
+    def next_index(self) -> int:
+        """The global index of the next batch a step will consume."""
+        return self._next
+
+    @property
+    def seed(self) -> int | None:
+        """The shuffle seed (drawn once when none was given, and saved in checkpoints)."""
+        return self._seed
+
+    def skip(self, start: int, stop: int) -> None:
+        """Never deliver the batches with global indices in ``[start, stop)``.
+
+        For a rollback (a NaN guard restores step *k* and skips the batches that
+        led to the NaN). The ranges are saved with the position, so a resumed run
+        skips them too.
+        """
+        if not 0 <= start <= stop:
+            raise ValueError(f"skip needs 0 <= start <= stop, got [{start}, {stop})")
+        if start == stop:
+            return
+        with self._lock:
+            self._skips.append((start, stop))
+            self._skips.sort()
+            if self._running and start < self._claim:
+                self._ready = {g: b for g, b in self._ready.items() if not self._skipped(g)}
+            if self._stager is not None:
+                self._stager.clear()
+
+    def _skipped(self, index: int) -> bool:
+        return any(start <= index < stop for start, stop in self._skips)
+
+    def _after_skips(self, index: int) -> int:
+        for start, stop in self._skips:
+            if start <= index < stop:
+                index = stop
+        return index
+
+    # -- plugin state ----------------------------------------------------------------------
+    def plugin_state(self) -> dict[str, Any]:
+        """The position after the batches consumed so far (not those prefetched)."""
+        saved: dict[str, Any] = {
+            "next": self._next,
+            "skips": [list(r) for r in self._skips],
+            "config": self._config,
+            "seed": self._seed,
+        }
+        if self._epoch_length:
+            saved["epoch"], saved["index_in_epoch"] = divmod(self._next, self._epoch_length)
+        return saved
+
+    def load_plugin_state(self, state: Mapping[str, Any]) -> None:
+        """Resume at the saved position; refuse a differently configured pipeline."""
+        saved_config = dict(state.get("config", {}))
+        if saved_config != self._config:
+            keys = sorted(set(saved_config) | set(self._config))
+            diffs = [
+                f"{k}={saved_config.get(k, '<unset>')!r} (now {self._config.get(k, '<unset>')!r})"
+                for k in keys
+                if saved_config.get(k, _MISSING) != self._config.get(k, _MISSING)
+            ]
+            raise ResumeMismatchError(
+                f"input pipeline {self.name!r}: the checkpoint was saved with another "
+                f"configuration: {', '.join(diffs)}; resuming would feed other batches. "
+                "Use the saved settings, or another pipeline name to start this input afresh"
+            )
+        if state.get("seed") is not None:
+            self._seed = int(state["seed"])
+            self._reseed()
+        with self._lock:
+            self._next = int(state["next"])
+            self._skips = [(int(a), int(b)) for a, b in state.get("skips", [])]
+        if self._running:
+            self._start()
+
+    def _reseed(self) -> None:
+        """Subclass hook: the seed changed (restored from a checkpoint)."""
+
+    # -- starting and stopping -------------------------------------------------------------
+    async def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
+        """Start the producers at the (restored) position."""
+        if self._grace is None:
+            self._grace = float(getattr(session, "_stop_grace_period_secs", _DEFAULT_GRACE_SECS))
+        self._spawn = coord.start_soon
+        self._start()
+
+    async def __aenter__(self) -> Pipeline:
+        if self._task_group is not None:
+            raise RuntimeError(f"input pipeline {self.name!r} is already running")
+        self._task_group = anyio.create_task_group()
+        await self._task_group.__aenter__()
+        self._spawn = self._task_group.start_soon
+        self._start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        task_group, self._task_group = self._task_group, None
+        self._spawn = None
+        if task_group is not None:
+            self._stop()
+            task_group.cancel_scope.cancel()
+            await task_group.__aexit__(None, None, None)
+
+    def _start(self) -> None:
+        """(Re)start producers at ``_next``; earlier producers retire."""
+        if self._spawn is None:
+            raise RuntimeError(f"input pipeline {self.name!r} has no running session")
+        with self._lock:
+            self._gen += 1
+            gen = self._gen
+            self._running = True
+            self._claim = self._after_skips(self._next)
+            self._limit = self._end = self._length
+            self._error = None
+            self._error_raised = False
+            self._ready = {}
+            self._space.notify_all()
+            old, self._retire = self._retire, anyio.Event()
+            retire = self._retire
+        if self._stager is not None:
+            self._stager.clear()
+        if old is not None:
+            old.set()
+        self._waker = LoopWaker()
+        self._spawn(self._serve, gen, retire, name=f"input pipeline {self.name}")
+
+    def _stop(self) -> None:
+        with self._lock:
+            was_running, self._running = self._running, False
+            self._gen += 1
+            self._space.notify_all()
+            events = [self._waiting, self._space_event, self._retire]
+            self._waiting = self._space_event = None
+        for event in events:
+            if event is not None:
+                event.set()
+        if was_running:
+            self._report_unconsumed_error()
+
+    async def _serve(self, gen: int, retire: anyio.Event) -> None:
+        threads: list[threading.Thread] = []
+        try:
+            async with anyio.create_task_group() as tasks:
+                for i in range(self._num_workers):
+                    label = f"monitored.data {self.name} worker {i}"
+                    if self._threads:
+                        thread = threading.Thread(
+                            target=self._thread_worker, args=(gen,), name=label, daemon=True
+                        )
+                        threads.append(thread)
+                        thread.start()
+                    else:
+                        tasks.start_soon(self._task_worker, gen, name=label)
+                await retire.wait()
+                tasks.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                if self._gen == gen:
+                    self._stop()
+                await self._join(threads)
+
+    def _report_unconsumed_error(self) -> None:
+        """Log a producer's failure that no step reached (the run stopped before)."""
+        error = self._error
+        if error is not None and not self._error_raised:
+            index, exc = error
+            log.warning(
+                "input pipeline %r: the source failed making batch %d (%s: %s); the run "
+                "stopped at batch %d, before any step needed it",
+                self.name,
+                index,
+                type(exc).__name__,
+                exc,
+                self._next,
+            )
+
+    async def _join(self, threads: list[threading.Thread]) -> None:
+        grace = self._grace if self._grace is not None else _DEFAULT_GRACE_SECS
+        deadline = time.monotonic() + grace
+        # Polled, not joined in a worker thread: a hung producer must not leave
+        # another thread blocked behind it.
+        while any(t.is_alive() for t in threads) and time.monotonic() < deadline:  # noqa: ASYNC110
+            await anyio.sleep(_POLL_SECS)
+        hung = [t.name for t in threads if t.is_alive()]
+        if hung:
+            log.warning(
+                "input pipeline %r: producer thread(s) %s still running %.3gs after the stop "
+                "(the grace period); left behind as daemon threads",
+                self.name,
+                ", ".join(hung),
+                grace,
+            )
+
+    # -- producers -------------------------------------------------------------------------
+    def _claim_locked(self, gen: int) -> int | None:
+        """The next index to make, ``-1`` to wait for space, ``None`` to retire."""
+        if gen != self._gen:
+            return None
+        index = self._claim
+        if self._skips:
+            index = self._after_skips(index)
+        if self._limit is not None and index >= self._limit:
+            return None
+        if index >= self._next + self._window:
+            return -1
+        self._claim = index + 1
+        return index
+
+    def _thread_worker(self, gen: int) -> None:
+        iterator: Iterator[Any] | None = None
+        try:
+            while True:
+                with self._lock:
+                    index = self._claim_locked(gen)
+                    while index == -1:
+                        self._space.wait()
+                        index = self._claim_locked(gen)
+                if index is None:
+                    return
+                try:
+                    if self._load is not None:
+                        batch = self._load(index)
+                    else:
+                        if iterator is None:
+                            iterator = self._open_sync(index)
+                        batch = next(iterator)
+                except BaseException as exc:
+                    self._fail(gen, index, exc)
+                    return
+                if not self._deposit(gen, index, batch):
+                    return
+        finally:
+            _close(iterator)
+
+    async def _task_worker(self, gen: int) -> None:
+        iterator: AsyncIterator[Any] | None = None
+        try:
+            while True:
+                space: anyio.Event | None = None
+                with self._lock:
+                    index = self._claim_locked(gen)
+                    if index == -1:
+                        space = self._space_event
+                        if space is None:
+                            space = self._space_event = anyio.Event()
+                if index is None:
+                    return
+                if space is not None:
+                    await space.wait()
+                    continue
+                if self._sync_in_loop:
+                    if not self._make_here(gen, index):
+                        return
+                    continue
+                try:
+                    if iterator is None:
+                        assert self._open_iter is not None
+                        opened = self._open_iter(index)
+                        assert isinstance(opened, AsyncIterator)
+                        iterator = opened
+                    batch = await iterator.__anext__()
+                except Exception as exc:  # cancellation and interrupts propagate
+                    self._fail(gen, index, exc)
+                    return
+                if not self._deposit(gen, index, batch):
+                    return
+        finally:
+            if iterator is not None:
+                aclose = getattr(iterator, "aclose", None)
+                if aclose is not None:
+                    with anyio.CancelScope(shield=True):
+                        await aclose()
+            shared = self._shared
+            if shared is not None and shared[0] == gen:
+                self._shared = None
+                _close(shared[1])
+
+    def _make_here(self, gen: int, index: int) -> bool:
+        """Make batch ``index`` of a sync source in the event loop's thread.
+
+        Called by task producers, and by the consumer itself when the batch it
+        needs is not made yet: a sync load in a task blocks the loop either way,
+        so making it at once saves two task switches per refill. Both claim
+        indices under the lock and make them without awaiting in between, so a
+        shared iterator is read in index order.
+        """
+        try:
+            if self._load is not None:
+                batch = self._load(index)
+            else:
+                shared = self._shared
+                if shared is None or shared[0] != gen:
+                    if shared is not None:
+                        _close(shared[1])
+                    shared = self._shared = (gen, self._open_sync(index))
+                batch = next(shared[1])
+        except Exception as exc:  # in the loop's thread: interrupts propagate
+            self._fail(gen, index, exc)
+            return False
+        return self._deposit(gen, index, batch)
+
+    def _open_sync(self, index: int) -> Iterator[Any]:
+        assert self._open_iter is not None
+        iterator = self._open_iter(index)
+        if not isinstance(iterator, Iterator):
+            raise TypeError(f"source {self.name!r} is async: it cannot be read in a thread")
+        return iterator
+
+    def _deposit(self, gen: int, index: int, batch: Any) -> bool:
+        if self._check:
+            quick = quick_signature(batch)
+            if quick is None or quick != self._quick:
+                error = self._check_slowly(batch, index, quick)
+                if error is not None:
+                    self._fail(gen, index, error)
+                    return False
+        with self._lock:
+            if gen != self._gen:
+                return False
+            self._ready[index] = batch
+            event = None
+            if index == self._next:  # the consumer waits for this very batch
+                event, self._waiting = self._waiting, None
+        if event is not None:
+            self._set(event)
+        return True
+
+    def _check_slowly(self, batch: Any, index: int, quick: Any) -> BatchError | None:
+        """The full check, against the first batch checked (under the lock, so two
+        workers cannot both take their batch for the first)."""
+        with self._lock:
+            try:
+                first = check_batch(batch, index, self.name, self._first, self._first_index)
+            except BatchError as exc:
+                return exc
+            if self._first is None:
+                self._first, self._first_index, self._quick = first, index, quick
+        return None
+
+    def _fail(self, gen: int, index: int, exc: BaseException) -> None:
+        with self._lock:
+            if gen != self._gen:
+                return
+            if isinstance(exc, END_OF_INPUT) or (
+                isinstance(exc, IndexError) and self._open_iter is None and self._length is None
+            ):
+                self._end = index if self._end is None else min(self._end, index)
+            elif self._error is None or index < self._error[0]:
+                self._error = (index, exc)
+            self._limit = index if self._limit is None else min(self._limit, index)
+            self._space.notify_all()
+            event, self._waiting = self._waiting, None
+        if event is not None:
+            self._set(event)
+
+    def _set(self, event: anyio.Event) -> None:
+        if self._waker is not None:
+            self._waker.set(event)
+
+    # -- the consumer ----------------------------------------------------------------------
+    async def take(self) -> Any:
+        """The next batch (awaiting it if it is not made yet).
+
+        Raises ``OutOfRangeError`` at the end of the input and
+        :class:`~monitored.data.ProducerError` for a batch whose producer failed.
+        """
+        while True:
+            with self._lock:
+                index = self._next
+                batch = self._ready.pop(index, _MISSING)
+                if batch is not _MISSING or (self._skips and self._skipped(index)):
+                    self._next = index + 1
+                    # Producers resume once half the window is free, so a fast
+                    # source refills in bursts instead of one switch per batch.
+                    space = None
+                    if self._claim - self._next <= self._half:
+                        self._space.notify_all()
+                        space, self._space_event = self._space_event, None
+                    if batch is _MISSING:
+                        if space is not None:
+                            space.set()
+                        continue
+                    if space is not None:
+                        space.set()
+                    following = self._ready.get(index + 1, _MISSING)
+                    break
+                self._raise_locked(index)
+                claimed = self._claim_locked(self._gen) if self._sync_in_loop else None
+                if claimed is None or claimed < 0:
+                    event = self._waiting = anyio.Event()
+            if claimed is not None and claimed >= 0:
+                self._make_here(self._gen, claimed)
+                continue
+            await event.wait()
+        stager = self._stager
+        if stager is not None:
+            batch = stager.take(index, batch)
+            if following is not _MISSING:
+                stager.start(index + 1, following)
+        return batch
+
+    def _raise_locked(self, index: int) -> None:
+        if self._error is not None and self._error[0] == index:
+            exc = self._error[1]
+            self._error_raised = True
+            if isinstance(exc, BatchError):
+                raise exc
+            raise ProducerError(
+                f"input pipeline {self.name!r}: the source raised {type(exc).__name__} while "
+                f"making batch {index}: {exc}",
+                source=self.name,
+                index=index,
+            ) from exc
+        if self._end is not None and index >= self._end:
+            raise OutOfRangeError(
+                f"input pipeline {self.name!r} is exhausted after {index} batches"
+            )
+        if not self._running:
+            raise RuntimeError(
+                f"input pipeline {self.name!r} is not running: pass it in the session's "
+                "hooks=[...] or use `async with pipeline:`"
+            )
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.take()
+        except OutOfRangeError:
+            raise StopAsyncIteration from None
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.name!r} next={self._next} "
+            f"buffer_size={self._buffer_size} num_workers={self._num_workers}>"
+        )
+
+
+class FeedingPipeline(Pipeline):
+    """A :class:`Pipeline` that passes each batch to the step as a keyword argument.
+
+    ``while not sess.should_stop(): await sess.run(step)`` then calls
+    ``step(state, <feed>=batch)`` (with ``feed=None`` and dict batches, each
+    field is its own keyword argument).
+    """
+
+    def __init__(self, *, feed: str | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._feed = feed
+
+    async def __anext__(self) -> Any:
+        raise TypeError(
+            f"input pipeline {self.name!r} feeds the step itself (feed={self._feed!r}); "
+            "iterating it too would hand each batch to one or the other. Make it with "
+            "feed=False to iterate it"
+        )
+
+    async def before_run(self, run_context: SessionRunContext) -> SessionRunArgs:
+        """Take the next batch and hand it to the step."""
+        batch = await self.take()
+        if self._feed is not None:
+            return SessionRunArgs(None, feeds={self._feed: batch})
+        if not isinstance(batch, dict):
+            raise TypeError(
+                f"input pipeline {self.name!r} feeds with feed=None, so its batches must be "
+                f"dicts of keyword arguments; got {type(batch).__name__}"
+            )
+        return SessionRunArgs(None, feeds=batch)
+
+
+def prefetch(
+    source: Iterable[Any] | AsyncIterable[Any] | Callable[[int], Any],
+    buffer_size: int = 2,
+    num_workers: int = 1,
+    *,
+    num_epochs: int | None = 1,
+    threads: bool | None = None,
+    feed: str | bool | None = False,
+    name: str | None = None,
+    device: bool = False,
+    stop_grace_period_secs: float | None = None,
+    check: bool = True,
+) -> Pipeline:
+    """Make batches ahead of the step loop, with backpressure.
+
+    Args:
+        source: where batches come from:
+
+            * a function of the batch index, ``source(i) -> batch``, ending the
+              input by raising ``OutOfRangeError``, ``StopIteration`` or
+              ``IndexError``: several workers make batches in parallel;
+            * a sequence (``len`` and ``[i]``, a list of batches): read by index,
+              ``num_epochs`` times;
+            * an iterable or async iterable (a generator): read in order by one
+              producer, again for each epoch (so it must be re-iterable when
+              ``num_epochs != 1``).
+
+            A batch is an array, or a tuple, list or dict of arrays.
+        buffer_size: how many finished batches may wait (>= 1); each worker also
+            holds one in progress. Producers wait when it is full.
+        num_workers: producers making batches in parallel (index functions and
+            sequences only). Results are delivered in index order whatever the
+            timing, so the content of the stream does not depend on it.
+        num_epochs: passes over a sequence or iterable (``None``: forever).
+        threads: make batches in worker threads (for blocking or CPU-bound
+            loading; NumPy releases the GIL) rather than anyio tasks. Default:
+            threads for sync sources, tasks for async iterables.
+        feed: when used in ``hooks=[...]``, also pass each batch to the step:
+            ``"batch"`` calls ``step(state, batch=...)``; ``None`` spreads dict
+            batches as keyword arguments; ``False`` (default) feeds nothing, and
+            the loop takes batches with ``async for``.
+        name: the name in errors and checkpoints (``input:<name>``); give each
+            pipeline of a session its own.
+        device: copy each batch to the GPU ahead of use on a separate CUDA stream
+            through pinned host memory (needs CuPy).
+        stop_grace_period_secs: how long closing waits for worker threads
+            (default: the session's).
+        check: check each batch's structure (fields, dtypes) against the first.
+    """
+    label = name or _name_of(source)
+    common: dict[str, Any] = {
+        "name": label,
+        "buffer_size": buffer_size,
+        "num_workers": num_workers,
+        "device": device,
+        "stop_grace_period_secs": stop_grace_period_secs,
+        "check": check,
+    }
+    if num_epochs is not None and (isinstance(num_epochs, bool) or num_epochs < 1):
+        raise ValueError(f"num_epochs must be >= 1 or None, got {num_epochs!r}")
+    config: dict[str, Any] = {"kind": "prefetch", "num_epochs": num_epochs}
+    if isinstance(source, AsyncIterable):
+        if threads:
+            raise ValueError(
+                f"source {label!r} is an async iterable: it runs in a task, not a thread"
+            )
+        _check_repeatable(source, num_epochs, label)
+        common |= {
+            "open_iter": _async_opener(source, num_epochs),
+            "threads": False,
+            "async_source": True,
+        }
+    elif _is_sequence(source):
+        sequence: Any = source
+        size = len(sequence)
+        common |= {
+            "load": lambda i: sequence[i % size] if size else _raise_end(),
+            "length": None if num_epochs is None else size * num_epochs,
+            "threads": True if threads is None else threads,
+            "epoch_length": size or None,
+        }
+        config["length"] = size
+    elif isinstance(source, Iterable):
+        _check_repeatable(source, num_epochs, label)
+        common |= {
+            "open_iter": _sync_opener(source, num_epochs),
+            "threads": True if threads is None else threads,
+        }
+    elif callable(source):
+        if num_epochs not in (1, None):
+            raise ValueError(
+                f"source {label!r} is a function of the batch index: it decides where the "
+                "input ends, so num_epochs does not apply"
+            )
+        common |= {"load": source, "threads": True if threads is None else threads}
+    else:
+        raise TypeError(
+            f"prefetch needs an iterable, an async iterable or a function of the batch "
+            f"index; got {type(source).__name__}"
+        )
+    common["config"] = config
+    if feed is False:
+        return Pipeline(**common)
+    if feed is True:
+        feed = "batch"
+    return FeedingPipeline(feed=feed, **common)
+
+
+def pipelines(session: MonitoredSession) -> list[Pipeline]:
+    """The input pipelines registered in ``session`` (in ``hooks=[...]``), in call order.
+
+    For plugins that act on the input: a NaN guard rolling back to a checkpoint
+    calls :meth:`Pipeline.skip` on each to leave out the batches that followed.
+    """
+    return [info.plugin for info in session.plugins if isinstance(info.plugin, Pipeline)]
+
+
+def _close(iterator: object) -> None:
+    close = getattr(iterator, "close", None)
+    if close is not None:
+        close()
+
+
+def _raise_end() -> Any:
+    raise OutOfRangeError("empty source")
+
+
+def _is_sequence(source: object) -> bool:
+    return (
+        isinstance(source, collections.abc.Sequence) and not isinstance(source, str | bytes)
+    ) or (
+        hasattr(source, "__len__")
+        and hasattr(source, "__getitem__")
+        and not isinstance(source, collections.abc.Mapping | str | bytes)
+        and not isinstance(source, Iterator)
+    )
+
+
+def _check_repeatable(source: object, num_epochs: int | None, label: str) -> None:
+    if num_epochs != 1 and isinstance(source, Iterator | AsyncIterator):
+        raise ValueError(
+            f"source {label!r} is an iterator, which can be read only once, so num_epochs "
+            f"must be 1 (got {num_epochs}); pass the re-iterable object (a list, or a "
+            "class whose __iter__ makes a new generator)"
+        )
+
+
+def _sync_opener(source: Iterable[Any], num_epochs: int | None) -> Callable[[int], Iterator[Any]]:
+    if isinstance(source, Iterator):
+        return _one_shot_opener(source)
+
+    def iterate_from(start: int) -> Iterator[Any]:
+        position, epoch = 0, 0
+        while num_epochs is None or epoch < num_epochs:
+            before = position
+            for item in source:
+                if position >= start:
+                    yield item
+                position += 1
+            if position == before:  # an empty pass: nothing more will come
+                return
+            epoch += 1
+
+    return iterate_from
+
+
+def _one_shot_opener(source: Iterator[Any]) -> Callable[[int], Iterator[Any]]:
+    """An iterator (a generator object) can go forward only: reopening it at a
+    later position skips ahead; at an earlier one (an in-process rollback) it
+    cannot, and says so."""
+    read = 0
+
+    def iterate_from(start: int) -> Iterator[Any]:
+        nonlocal read
+        if start < read:
+            raise ValueError(
+                f"the source is an iterator already read up to batch {read}: it cannot go "
+                f"back to batch {start}; pass a re-iterable source (a list, or an object "
+                "whose __iter__ makes a new generator)"
+            )
+        for item in source:
+            read += 1
+            if read > start:
+                yield item
+
+    return iterate_from
+
+
+def _async_opener(
+    source: AsyncIterable[Any], num_epochs: int | None
+) -> Callable[[int], AsyncIterator[Any]]:
+    async def iterate_from(start: int) -> AsyncIterator[Any]:
+        position, epoch = 0, 0
+        while num_epochs is None or epoch < num_epochs:
+            before = position
+            async for item in source:
+                if position >= start:
+                    yield item
+                position += 1
+            if position == before:
+                return
+            epoch += 1
+
+    return iterate_from
+
+
+def _name_of(source: object) -> str:
+    if inspect.isfunction(source) or inspect.ismethod(source) or inspect.isclass(source):
+        return str(source.__name__)
+    if inspect.isgenerator(source):
+        return str(source.__name__)
+    return type(source).__name__

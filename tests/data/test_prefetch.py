@@ -1,0 +1,413 @@
+"""prefetch: sources, order, backpressure, end of input, failures, closing."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import numpy as np
+import pytest
+
+import monitored
+from monitored import data
+
+
+def batches(n: int) -> list[np.ndarray]:
+    return [np.full(2, i, dtype=np.int64) for i in range(n)]
+
+
+async def collect(pipeline: data.Pipeline) -> list[int]:
+    async with pipeline:
+        return [int(b[0]) async for b in pipeline]
+
+
+def left_over(before: set[threading.Thread]) -> list[str]:
+    """Threads started since ``before`` and still alive (anyio's idle worker pool,
+    which other tests may have started, excepted)."""
+    return [
+        t.name for t in set(threading.enumerate()) - before if not t.name.startswith("AnyIO worker")
+    ]
+
+
+async def drain(pipeline: data.Pipeline) -> list[Any]:
+    async with pipeline:
+        return [b async for b in pipeline]
+
+
+class Reiterable:
+    """A source that can be read several times (one epoch per read)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return iter(batches(self.n))
+
+
+async def test_a_list_is_read_in_order_by_several_workers() -> None:
+    assert await collect(data.prefetch(batches(7), num_workers=3)) == list(range(7))
+
+
+async def test_order_does_not_depend_on_which_worker_is_faster() -> None:
+    jitter = random.Random(0)
+
+    def load(i: int) -> np.ndarray:
+        if i >= 30:
+            raise monitored.OutOfRangeError
+        time.sleep(jitter.random() / 1000)
+        return np.full(1, i)
+
+    pipeline = data.prefetch(load, buffer_size=4, num_workers=4)
+    assert await collect(pipeline) == list(range(30))
+
+
+@pytest.mark.parametrize("threads", [True, False])
+async def test_an_iterable_is_read_once_per_epoch(threads: bool) -> None:
+    pipeline = data.prefetch(Reiterable(3), num_epochs=2, threads=threads)
+    assert await collect(pipeline) == [0, 1, 2, 0, 1, 2]
+
+
+async def test_an_async_iterable_runs_in_a_task() -> None:
+    async def source() -> AsyncIterator[np.ndarray]:
+        for b in batches(4):
+            await anyio.lowlevel.checkpoint()
+            yield b
+
+    assert await collect(data.prefetch(source())) == [0, 1, 2, 3]
+
+
+async def test_a_function_of_the_index_ends_with_index_error() -> None:
+    table = batches(5)
+    assert await collect(data.prefetch(lambda i: table[i], num_workers=2)) == list(range(5))
+
+
+async def test_the_buffer_bounds_how_far_producers_run_ahead() -> None:
+    made: list[int] = []
+
+    def load(i: int) -> np.ndarray:
+        made.append(i)
+        return np.full(1, i)
+
+    pipeline = data.prefetch(load, buffer_size=3, num_workers=2)
+    async with pipeline:
+        for consumed in range(1, 20):
+            await pipeline.take()
+            await anyio.sleep(0.001)  # give producers every chance to overrun
+            assert max(made) < consumed + 3 + 2
+    assert len(made) < 20 + 5
+
+
+async def test_end_of_input_ends_the_session_normally_and_calls_end() -> None:
+    ended: list[int] = []
+
+    class Recorder:
+        def end(self, session: monitored.MonitoredSession) -> None:
+            ended.append(session.state.global_step)
+
+    def step(state: monitored.TrainState, batch: np.ndarray) -> None:
+        state.global_step += 1
+
+    state = monitored.TrainState({"w": np.zeros(1)})
+    pipeline = data.prefetch(batches(5), feed="batch")
+    async with monitored.MonitoredSession(state, hooks=[pipeline, Recorder()]) as sess:
+        while not sess.should_stop():
+            await sess.run(step)
+    assert state.global_step == 5
+    assert ended == [5]
+
+
+async def test_async_for_in_a_session_ends_the_loop_at_the_end_of_input() -> None:
+    seen: list[int] = []
+
+    def step(state: monitored.TrainState, batch: np.ndarray) -> None:
+        seen.append(int(batch[0]))
+        state.global_step += 1
+
+    pipeline = data.prefetch(batches(4), num_epochs=2)
+    async with monitored.MonitoredSession(hooks=[pipeline]) as sess:
+        async for batch in pipeline:
+            await sess.run(step, batch)
+    assert seen == [0, 1, 2, 3, 0, 1, 2, 3]
+
+
+async def test_feed_none_spreads_dict_batches_as_keyword_arguments() -> None:
+    got: list[tuple[int, int]] = []
+
+    def step(state: monitored.TrainState, x: np.ndarray, y: np.ndarray) -> None:
+        got.append((int(x[0]), int(y[0])))
+        state.global_step += 1
+
+    source = [{"x": np.full(1, i), "y": np.full(1, -i)} for i in range(3)]
+    async with monitored.MonitoredSession(hooks=[data.prefetch(source, feed=None)]) as sess:
+        while not sess.should_stop():
+            await sess.run(step)
+    assert got == [(0, 0), (1, -1), (2, -2)]
+
+
+@pytest.mark.parametrize("threads", [True, False])
+async def test_a_producer_error_is_raised_from_the_step_naming_source_and_batch(
+    threads: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    def load(i: int) -> np.ndarray:
+        if i == 3:
+            raise KeyError("corrupt record")
+        return np.full(1, i)
+
+    steps: list[int] = []
+
+    def step(state: monitored.TrainState, batch: np.ndarray) -> None:
+        steps.append(int(batch[0]))
+        state.global_step += 1
+
+    pipeline = data.prefetch(load, num_workers=2 if threads else 1, threads=threads, feed="batch")
+    with pytest.raises(data.ProducerError, match=r"'load'.*KeyError.*batch 3") as info:
+        async with monitored.MonitoredSession(hooks=[pipeline]) as sess:
+            while not sess.should_stop():
+                await sess.run(step)
+    assert steps == [0, 1, 2]  # the batches before the failed one are not lost
+    assert "before any step needed it" not in caplog.text
+    assert info.value.index == 3
+    assert info.value.source == "load"
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+def test_closing_joins_the_worker_threads_no_thread_is_left() -> None:
+    before = set(threading.enumerate())
+
+    def load(i: int) -> np.ndarray:
+        return np.full(1, i)  # never ends: the producers block on the full buffer
+
+    async def main() -> None:
+        pipeline = data.prefetch(load, buffer_size=2, num_workers=3, feed="batch")
+        hooks: list[object] = [pipeline, monitored.StopAtStepHook(last_step=4)]
+        async with monitored.MonitoredSession(hooks=hooks) as sess:
+            while not sess.should_stop():
+                await sess.run(
+                    lambda state, batch: setattr(state, "global_step", 1 + int(batch[0]))
+                )
+            assert any(
+                t.name.startswith("monitored.data load worker") for t in threading.enumerate()
+            )
+
+    anyio.run(main)
+    assert left_over(before) == []
+
+
+def test_a_failing_step_also_joins_the_worker_threads() -> None:
+    before = set(threading.enumerate())
+
+    async def main() -> None:
+        pipeline = data.prefetch(lambda i: np.full(1, i), num_workers=2, feed="batch")
+        async with monitored.MonitoredSession(hooks=[pipeline]) as sess:
+            await sess.run(lambda state, batch: None)
+            raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        anyio.run(main)
+    assert left_over(before) == []
+
+
+async def test_a_producer_that_hangs_at_close_is_warned_with_its_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    release, entered = threading.Event(), threading.Event()
+
+    def stuck(i: int) -> np.ndarray:
+        if i == 1:
+            entered.set()
+            release.wait()
+        return np.full(1, i)
+
+    pipeline = data.prefetch(stuck, name="stuck", stop_grace_period_secs=0.05)
+    try:
+        with caplog.at_level(logging.WARNING, logger="monitored"):
+            async with pipeline:
+                await pipeline.take()
+                while not entered.is_set():  # noqa: ASYNC110 (set by a thread)
+                    await anyio.sleep(0.001)
+        assert "monitored.data stuck worker 0" in caplog.text
+        assert "grace period" in caplog.text
+    finally:
+        release.set()
+
+
+async def test_skipped_ranges_are_never_delivered() -> None:
+    pipeline = data.prefetch(batches(10), num_workers=2)
+    pipeline.skip(2, 4)
+    async with pipeline:
+        first = [int((await pipeline.take())[0]) for _ in range(3)]
+        pipeline.skip(6, 8)  # batches already prefetched are dropped
+        rest = [int(b[0]) async for b in pipeline]
+    assert first + rest == [0, 1, 4, 5, 8, 9]
+    assert pipeline.plugin_state()["skips"] == [[2, 4], [6, 8]]
+
+
+async def test_taking_from_a_pipeline_that_was_not_started_says_how() -> None:
+    with pytest.raises(RuntimeError, match=r"hooks=\[\.\.\.\] or use `async with pipeline:`"):
+        await data.prefetch(batches(2)).take()
+
+
+@pytest.mark.parametrize(
+    ("batch", "field", "message"),
+    [
+        ([1, 2], "[0]", "is int, not a NumPy or CuPy array"),
+        ({"x": np.zeros(2), "y": "label"}, "['y']", "is str"),
+        (np.float32(1.0), "<batch>", "is float32"),
+    ],
+)
+async def test_a_batch_that_is_not_arrays_names_batch_and_field(
+    batch: Any, field: str, message: str
+) -> None:
+    pipeline = data.prefetch([batch], name="bad")
+    with pytest.raises(data.BatchError, match=message) as info:
+        await drain(pipeline)
+    assert info.value.field == field
+    assert info.value.index == 0
+    assert "source 'bad': batch 0" in str(info.value)
+
+
+async def test_a_batch_whose_structure_changes_names_batch_and_field() -> None:
+    good = {"x": np.zeros((2, 3), np.float32), "y": np.zeros(2, np.int64)}
+    dtype = {"x": np.zeros((2, 3), np.float64), "y": np.zeros(2, np.int64)}
+    with pytest.raises(data.BatchError, match=r"batch 1, field \['x'\] is float64") as info:
+        await drain(data.prefetch([good, dtype]))
+    assert info.value.field == "['x']"
+    with pytest.raises(
+        data.BatchError,
+        match=r"batch 2 has fields \['x'\], but batch 0 had \['x'\], \['y'\] \(field \['y'\]",
+    ):
+        await drain(data.prefetch([good, good, {"x": good["x"]}]))
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="buffer_size must be an int >= 1, got 0"):
+        data.prefetch(batches(2), buffer_size=0)
+    with pytest.raises(ValueError, match="num_workers must be an int >= 1"):
+        data.prefetch(batches(2), num_workers=0)
+    with pytest.raises(ValueError, match="num_workers must be 1"):
+        data.prefetch(Reiterable(2), num_workers=2)
+    with pytest.raises(ValueError, match="iterator, which can be read only once"):
+        data.prefetch(iter(batches(2)), num_epochs=2)
+    with pytest.raises(TypeError, match="prefetch needs an iterable"):
+        data.prefetch(3)  # type: ignore[arg-type]
+
+
+def test_plugin_state_holds_the_position_and_detects_another_configuration() -> None:
+    pipeline = data.prefetch(batches(4), num_epochs=3, name="p")
+    assert pipeline.plugin_name == "input:p"
+    saved = pipeline.plugin_state()
+    assert saved["next"] == 0
+    other = data.prefetch(batches(5), num_epochs=3, name="p")
+    with pytest.raises(data.ResumeMismatchError, match=r"length=4 \(now 5\)"):
+        other.load_plugin_state(saved)
+    same = data.prefetch(batches(4), num_epochs=3, name="p")
+    same.load_plugin_state({**saved, "next": 6})
+    assert same.next_index == 6
+    assert same.plugin_state()["epoch"] == 1
+    assert same.plugin_state()["index_in_epoch"] == 2
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("threads", [True, False])
+def test_both_backends_feed_a_session_from_threads_and_tasks(backend: str, threads: bool) -> None:
+    before = set(threading.enumerate())
+    seen: list[int] = []
+
+    def load(i: int) -> np.ndarray:
+        if i >= 50:
+            raise monitored.OutOfRangeError
+        time.sleep(0.0005 if threads and i % 7 == 0 else 0)
+        return np.full(1, i)
+
+    def step(state: monitored.TrainState, batch: np.ndarray) -> None:
+        seen.append(int(batch[0]))
+        state.global_step += 1
+
+    async def main() -> None:
+        pipeline = data.prefetch(load, num_workers=3, threads=threads, feed="batch")
+        async with monitored.MonitoredSession(hooks=[pipeline]) as sess:
+            while not sess.should_stop():
+                await sess.run(step)
+
+    anyio.run(main, backend=backend)
+    assert seen == list(range(50))
+    assert left_over(before) == []
+
+
+async def test_loading_a_position_while_running_restarts_the_producers_there() -> None:
+    pipeline = data.prefetch(batches(20), num_workers=2)
+    async with pipeline:
+        assert [int((await pipeline.take())[0]) for _ in range(3)] == [0, 1, 2]
+        saved = pipeline.plugin_state()
+        assert [int((await pipeline.take())[0]) for _ in range(4)] == [3, 4, 5, 6]
+        pipeline.load_plugin_state(saved)  # a rollback to the earlier position
+        pipeline.skip(3, 5)
+        assert [int((await pipeline.take())[0]) for _ in range(3)] == [5, 6, 7]
+
+
+async def test_a_recreated_session_restarts_the_pipeline_where_it_was() -> None:
+    seen: list[int] = []
+    failed = False
+
+    def step(state: monitored.TrainState, batch: np.ndarray) -> None:
+        nonlocal failed
+        if int(batch[0]) == 4 and not failed:
+            failed = True
+            raise monitored.AbortedError("worker lost")
+        seen.append(int(batch[0]))
+        state.global_step += 1
+
+    pipeline = data.prefetch(batches(8), num_workers=2, feed="batch")
+    async with monitored.MonitoredSession(hooks=[pipeline]) as sess:
+        while not sess.should_stop():
+            await sess.run(step)
+    # The step that failed consumed batch 4; the retry takes the next one (as
+    # TF1's dequeue would), and nothing is delivered twice.
+    assert seen == [0, 1, 2, 3, 5, 6, 7]
+
+
+async def test_a_failure_no_step_reached_is_logged_at_close(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def load(i: int) -> np.ndarray:
+        if i == 2:
+            raise OSError("bad sector")
+        return np.full(1, i)
+
+    pipeline = data.prefetch(load, name="disk", buffer_size=3)
+    with caplog.at_level(logging.WARNING, logger="monitored"):
+        async with pipeline:
+            await pipeline.take()
+            while pipeline._error is None:  # noqa: ASYNC110 (set by a thread)
+                await anyio.sleep(0.001)
+    assert "'disk': the source failed making batch 2 (OSError: bad sector)" in caplog.text
+
+
+async def test_a_one_shot_iterator_cannot_be_rolled_back() -> None:
+    pipeline = data.prefetch(iter(batches(6)), name="once")
+    async with pipeline:
+        assert int((await pipeline.take())[0]) == 0
+        pipeline.load_plugin_state({**pipeline.plugin_state(), "next": 0})
+        with pytest.raises(data.ProducerError, match="cannot go back to batch 0"):
+            await pipeline.take()
+
+
+async def test_a_feeding_pipeline_cannot_also_be_iterated() -> None:
+    pipeline = data.prefetch(batches(3), feed="batch")
+    async with pipeline:
+        with pytest.raises(TypeError, match="feeds the step itself"):
+            await pipeline.__anext__()
+
+
+async def test_a_batch_turning_into_another_container_is_caught() -> None:
+    first = (np.zeros(2), np.zeros(2))
+    with pytest.raises(data.BatchError, match="batch 1 has fields"):
+        await drain(data.prefetch([first, {"a": np.zeros(2)}], threads=False))
+    with pytest.raises(data.BatchError, match=r"batch 1, field \[1\] is float32"):
+        await drain(data.prefetch([first, (np.zeros(2), np.zeros(2, np.float32))]))

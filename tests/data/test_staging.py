@@ -1,0 +1,122 @@
+"""GPU staging with CuPy: on a real GPU (skipped without one), and the CuPy calls
+the stager makes, checked everywhere with a stand-in CuPy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from monitored import data
+
+
+def _cupy() -> Any:
+    cupy = pytest.importorskip("cupy")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA device")
+    except Exception as exc:  # CUDA runtime missing or broken
+        pytest.skip(f"no usable CUDA device: {exc}")
+    return cupy
+
+
+@pytest.mark.gpu
+async def test_batches_arrive_on_the_device_in_order() -> None:
+    cupy = _cupy()
+    source = [{"x": np.full((4, 3), i, np.float32), "y": np.arange(4) + i} for i in range(6)]
+    pipeline = data.prefetch(source, buffer_size=3, device=True)
+    async with pipeline:
+        out = [b async for b in pipeline]
+    assert all(isinstance(b["x"], cupy.ndarray) for b in out)
+    assert [float(b["x"][0, 0]) for b in out] == list(range(6))
+    assert cupy.asnumpy(out[5]["y"]).tolist() == [5, 6, 7, 8]
+
+
+def test_without_cupy_device_staging_says_what_to_install() -> None:
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match=r"monitored\[gpu\]"):
+            data.prefetch([np.zeros(1)], device=True)
+    else:
+        pytest.skip("CuPy is installed")
+
+
+class _FakeCuda:
+    """Just enough of ``cupy.cuda`` to follow what the stager asks of it."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+        self.current = _FakeStream(log, "compute")
+
+    def Stream(self, non_blocking: bool = False) -> _FakeStream:
+        assert non_blocking
+        return _FakeStream(self.log, "copy")
+
+    def get_current_stream(self) -> _FakeStream:
+        return self.current
+
+
+class _FakeEvent:
+    def __init__(self, log: list[str], name: str) -> None:
+        self.log, self.name = log, name
+
+    def synchronize(self) -> None:
+        self.log.append(f"host waits {self.name}")
+
+
+class _FakeStream:
+    def __init__(self, log: list[str], name: str) -> None:
+        self.log, self.name, self.events = log, name, 0
+
+    def record(self) -> _FakeEvent:
+        self.events += 1
+        return _FakeEvent(self.log, f"{self.name}#{self.events}")
+
+    def wait_event(self, event: _FakeEvent) -> None:
+        self.log.append(f"{self.name} waits {event.name}")
+
+
+class _FakeDeviceArray:
+    def __init__(self, shape: Any, dtype: Any) -> None:
+        self.value = np.empty(shape, dtype)
+
+    def set(self, host: np.ndarray, stream: _FakeStream) -> None:
+        assert stream.name == "copy"
+        self.value[...] = host
+
+
+def test_the_stager_copies_through_two_pinned_buffers_on_its_own_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CuPy calls the stager makes, and their order, with a stand-in CuPy."""
+    import sys
+    import types
+
+    log: list[str] = []
+    fake = types.ModuleType("cupy")
+    fake.cuda = _FakeCuda(log)  # type: ignore[attr-defined]
+    fake.ndarray = _FakeDeviceArray  # type: ignore[attr-defined]
+    fake.empty = _FakeDeviceArray  # type: ignore[attr-defined]
+    pinned: list[np.ndarray] = []
+    fakex = types.ModuleType("cupyx")
+
+    def empty_pinned(shape: Any, dtype: Any) -> np.ndarray:
+        pinned.append(np.empty(shape, dtype))
+        return pinned[-1]
+
+    fakex.empty_pinned = empty_pinned  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setitem(sys.modules, "cupyx", fakex)
+    from monitored.data._staging import DeviceStager
+
+    stager = DeviceStager()
+    host = [{"x": np.full(3, i, np.float32)} for i in range(4)]
+    stager.start(1, host[1])  # staged ahead, while "step 0" runs
+    out = [stager.take(i, host[i])["x"].value.tolist() for i in range(4)]
+    assert out == [[i] * 3 for i in range(4)]
+    assert len(pinned) == 2  # double buffering: two pinned buffers, reused in turn
+    assert "compute waits copy#1" in log  # the step waits for the copy on the device
+    assert "host waits copy#1" in log  # a pinned buffer is reused after its copy ended
+    assert log.index("compute waits copy#2") < log.index("compute waits copy#1")
