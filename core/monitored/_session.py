@@ -638,15 +638,11 @@ class MonitoredSession:
             if type(returned) is not dict:
                 if inspect.isawaitable(returned):
                     returned = await returned
-                if returned is None:
-                    returned = {}
-                elif type(returned) is not dict and not isinstance(returned, Mapping):
-                    raise TypeError(
-                        f"step function {_name_of(step_fn)} returned {type(returned).__name__}; it "
-                        "must return a mapping of output names to arrays, or None"
-                    )
+                if type(returned) is not dict:
+                    returned = _outputs_of(returned, step_fn)
             outputs: Mapping[str, Any] = returned
             self._outputs = outputs
+            # Inlined on purpose (the hot path); _track_global_step is the same for traced steps.
             if type(state.global_step) is not int:
                 state.global_step = check_global_step(state.global_step, step_fn)
             if state.global_step == self._last_global_step:
@@ -724,22 +720,9 @@ class MonitoredSession:
             except StopIteration as exc:
                 raise _end_of_input(f"step function {_name_of(step_fn)}") from exc
             trace.add("step", _name_of(step_fn), started)
-            if returned is None:
-                returned = {}
-            elif not isinstance(returned, Mapping):
-                raise TypeError(
-                    f"step function {_name_of(step_fn)} returned {type(returned).__name__}; it "
-                    "must return a mapping of output names to arrays, or None"
-                )
-            outputs: Mapping[str, Any] = returned
+            outputs = _outputs_of(returned, step_fn)
             self._outputs = outputs
-            if type(state.global_step) is not int:
-                state.global_step = check_global_step(state.global_step, step_fn)
-            if state.global_step == self._last_global_step:
-                self._note_stalled_step(step_fn)
-            else:
-                self._last_global_step = state.global_step
-                self._stalled_steps = 0
+            self._track_global_step(step_fn)
             trace.memory(state)
 
             results: dict[int, SessionRunValues] = {}
@@ -813,6 +796,17 @@ class MonitoredSession:
         finally:
             self._deferred.clear()
             self._busy = busy
+
+    def _track_global_step(self, step_fn: Callable[..., Any]) -> None:
+        """Check the global step a step left, and count steps that did not move it."""
+        state = self._state
+        if type(state.global_step) is not int:
+            state.global_step = check_global_step(state.global_step, step_fn)
+        if state.global_step == self._last_global_step:
+            self._note_stalled_step(step_fn)
+        else:
+            self._last_global_step = state.global_step
+            self._stalled_steps = 0
 
     def _note_stalled_step(self, step_fn: Callable[..., Any]) -> None:
         """Count a step that left the global step where it was; warn once at a threshold.
@@ -1083,6 +1077,18 @@ def _check_step_fn(step_fn: Callable[..., Any]) -> None:
         )
     if key is not None:
         _CHECKED_STEP_FNS[key] = None
+
+
+def _outputs_of(returned: Any, step_fn: Callable[..., Any]) -> Mapping[str, Any]:
+    """A step function's outputs: its mapping, ``{}`` for ``None``, else a ``TypeError``."""
+    if returned is None:
+        return {}
+    if isinstance(returned, Mapping):
+        return returned
+    raise TypeError(
+        f"step function {_name_of(step_fn)} returned {type(returned).__name__}; it "
+        "must return a mapping of output names to arrays, or None"
+    )
 
 
 def _end_of_input(who: str) -> OutOfRangeError:
