@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 import monitored
-from monitored.moving_averages import ExponentialMovingAverage
-from monitored.optimizers import (
+from monitored.train.moving_averages import ExponentialMovingAverage
+from monitored.train.optimizers import (
     AdadeltaOptimizer,
     AdagradDAOptimizer,
     AdagradOptimizer,

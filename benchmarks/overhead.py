@@ -71,7 +71,7 @@ os.environ["MONITORED_DISABLE_PLUGIN_AUTOLOAD"] = "1"
 os.environ.pop("MONITORED_DISABLE_PLUGINS", None)
 
 import monitored
-from monitored._plugins import installed_entry_points
+from monitored._core._plugins import installed_entry_points
 
 #: TF1's ``MonitoredTrainingSession`` overhead on this class of machine (DESIGN.md).
 TF1_US_PER_STEP: Final = 38.0

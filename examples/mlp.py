@@ -26,10 +26,10 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 import monitored
-from monitored.clipping import clip_by_global_norm
-from monitored.gradient_checker import compute_gradient_error
-from monitored.moving_averages import ExponentialMovingAverage
-from monitored.optimizers import (
+from monitored.train.clipping import clip_by_global_norm
+from monitored.train.gradient_checker import compute_gradient_error
+from monitored.train.moving_averages import ExponentialMovingAverage
+from monitored.train.optimizers import (
     AdadeltaOptimizer,
     AdagradDAOptimizer,
     AdagradOptimizer,
@@ -43,7 +43,7 @@ from monitored.optimizers import (
     ProximalGradientDescentOptimizer,
     RMSPropOptimizer,
 )
-from monitored.schedules import exponential_decay, linear_warmup
+from monitored.train.schedules import exponential_decay, linear_warmup
 
 Params = dict[str, np.ndarray]
 

@@ -14,7 +14,7 @@ MOCK_START_TIME = 1484695987.209386
 
 
 class FakeClock:
-    """Stands in for the ``time`` module of ``monitored._timer``: ``value`` is now."""
+    """Stands in for the ``time`` module of ``monitored._core._timer``: ``value`` is now."""
 
     def __init__(self, start: float = MOCK_START_TIME) -> None:
         self.value = start

@@ -52,7 +52,7 @@ def fake_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cal
     # Only the fake distributions count: plugins really installed in the test
     # environment must not change what these tests see.
     monkeypatch.setattr(
-        "monitored._plugins.installed_entry_points",
+        "monitored._core._plugins.installed_entry_points",
         lambda: tuple(
             ep
             for dist in importlib.metadata.distributions(path=[str(site)])

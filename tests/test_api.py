@@ -5,8 +5,15 @@ from __future__ import annotations
 import inspect
 import re
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import monitored
+import monitored.data
+import monitored.evaluation
+import monitored.metrics
+import monitored.train
 from monitored import hookspecs
 
 DOCS = Path(__file__).parent.parent / "docs"
@@ -17,6 +24,22 @@ def test_all_lists_exactly_the_public_names() -> None:
     modules = {name for name in public if inspect.ismodule(getattr(monitored, name))}
     assert set(monitored.__all__) - {"__version__"} == public - modules
     assert len(monitored.__all__) == len(set(monitored.__all__))
+
+
+@pytest.mark.parametrize(
+    "subpackage", [monitored.train, monitored.data, monitored.metrics, monitored.evaluation]
+)
+def test_each_capability_subpackage_lists_exactly_its_public_names(subpackage: Any) -> None:
+    public = {name for name in vars(subpackage) if not name.startswith("_")}
+    modules = {name for name in public if inspect.ismodule(getattr(subpackage, name))}
+    assert set(subpackage.__all__) == public - modules
+
+
+def test_the_training_toolkit_is_exported_from_the_top_level_too() -> None:
+    missing = [name for name in monitored.train.__all__ if name not in monitored.__all__]
+    assert not missing, f"monitored.train exports {missing} but monitored does not"
+    for name in monitored.train.__all__:
+        assert getattr(monitored, name) is getattr(monitored.train, name)
 
 
 def test_every_public_name_is_documented() -> None:

@@ -8,8 +8,8 @@ progress) are separately installed plugin packages.
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
-from ._backend import is_device_array, to_host
-from ._basic_hooks import (
+from ._core._backend import is_device_array, to_host
+from ._core._basic_hooks import (
     FeedFnHook,
     FinalOpsHook,
     GlobalStepWaiterHook,
@@ -17,10 +17,10 @@ from ._basic_hooks import (
     StepCounterHook,
     StopAtStepHook,
 )
-from ._cluster import Cluster, LocalCluster
-from ._config import TrainingConfig
-from ._coordinator import Coordinator, LooperThread
-from ._errors import (
+from ._core._cluster import Cluster, LocalCluster
+from ._core._config import TrainingConfig
+from ._core._coordinator import Coordinator, LooperThread
+from ._core._errors import (
     AbortedError,
     DeadlineExceededError,
     FetchError,
@@ -35,25 +35,18 @@ from ._errors import (
     UnavailableError,
     UnsupportedArgumentError,
 )
-from ._fetch import OptionalFetch, optional
-from ._markers import hookimpl, hookspec
-from ._options import Option
-from ._plugins import PluginInfo, installed_plugins
-from ._profiler import ProfilerHook, StepTrace
-from ._run import RunOptions, SessionRunArgs, SessionRunContext, SessionRunValues
-from ._scaffold import Scaffold, SessionManager
-from ._session import MonitoredSession, RawSession, SingularMonitoredSession, StepContext
-from ._session_run_hook import SessionRunHook
-from ._state import TrainState
-from ._timer import SecondOrStepTimer
-from ._training_session import USE_DEFAULT, MonitoredTrainingSession
-from .clipping import (
-    clip_by_average_norm,
-    clip_by_global_norm,
-    clip_by_norm,
-    clip_by_value,
-    global_norm,
-)
+from ._core._fetch import OptionalFetch, optional
+from ._core._markers import hookimpl, hookspec
+from ._core._options import Option
+from ._core._plugins import PluginInfo, installed_plugins
+from ._core._profiler import ProfilerHook, StepTrace
+from ._core._run import RunOptions, SessionRunArgs, SessionRunContext, SessionRunValues
+from ._core._scaffold import Scaffold, SessionManager
+from ._core._session import MonitoredSession, RawSession, SingularMonitoredSession, StepContext
+from ._core._session_run_hook import SessionRunHook
+from ._core._state import TrainState
+from ._core._timer import SecondOrStepTimer
+from ._core._training_session import USE_DEFAULT, MonitoredTrainingSession
 from .data import (
     FIFOQueue,
     QueueRunner,
@@ -63,35 +56,41 @@ from .data import (
     start_queue_runners,
 )
 from .evaluation import evaluate_once, evaluate_repeatedly
-from .gradient_checker import compute_gradient, compute_gradient_error
-from .moving_averages import ExponentialMovingAverage, assign_moving_average, ensure_zero_debias
-from .optimizers import (
+from .train import (
     AdadeltaOptimizer,
     AdagradDAOptimizer,
     AdagradOptimizer,
     AdamOptimizer,
     AdamWOptimizer,
+    ExponentialMovingAverage,
     FtrlOptimizer,
     GradientDescentOptimizer,
     IndexedSlices,
     LazyAdamOptimizer,
+    LearningRateSchedule,
     MomentumOptimizer,
     Optimizer,
     ProximalAdagradOptimizer,
     ProximalGradientDescentOptimizer,
     RMSPropOptimizer,
-    trainable_variables,
-)
-from .schedules import (
-    LearningRateSchedule,
+    assign_moving_average,
+    clip_by_average_norm,
+    clip_by_global_norm,
+    clip_by_norm,
+    clip_by_value,
+    compute_gradient,
+    compute_gradient_error,
     cosine_decay,
     cosine_decay_restarts,
+    ensure_zero_debias,
     exponential_decay,
+    global_norm,
     inverse_time_decay,
     linear_warmup,
     natural_exp_decay,
     piecewise_constant,
     polynomial_decay,
+    trainable_variables,
 )
 
 try:

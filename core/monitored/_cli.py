@@ -11,10 +11,10 @@ from typing import Any
 import anyio
 
 from . import __version__
-from ._calling import CallPlan
-from ._errors import PluginError
-from ._options import OPTIONS_ENV
-from ._plugins import (
+from ._core._calling import CallPlan
+from ._core._errors import PluginError
+from ._core._options import OPTIONS_ENV
+from ._core._plugins import (
     DISABLE_ENV,
     PluginManager,
     disabled_from_env,

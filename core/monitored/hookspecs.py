@@ -22,14 +22,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._markers import hookspec
+from ._core._markers import hookspec
 
 if TYPE_CHECKING:
-    from ._config import TrainingConfig
-    from ._coordinator import Coordinator
-    from ._options import Option
-    from ._run import SessionRunArgs, SessionRunContext, SessionRunValues
-    from ._session import MonitoredSession
+    from ._core._config import TrainingConfig
+    from ._core._coordinator import Coordinator
+    from ._core._options import Option
+    from ._core._run import SessionRunArgs, SessionRunContext, SessionRunValues
+    from ._core._session import MonitoredSession
 
 __all__ = [
     "after_create_session",

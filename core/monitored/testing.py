@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, final
 
-from ._session import MonitoredSession
-from ._state import TrainState
+from ._core._session import MonitoredSession
+from ._core._state import TrainState
 
 __all__ = ["SessionResult", "counting_step", "run_session"]
 

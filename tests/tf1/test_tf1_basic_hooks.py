@@ -3,7 +3,7 @@
 TF drives each hook through a private ``_HookedSession`` and calls ``begin``/``end``
 by hand; the ports run the hook in a real ``MonitoredSession`` (so ``end`` runs on
 exit). Tensors become step outputs or state entries; ``time.time`` mocks become a
-fake clock for ``monitored._timer``; TF's fake summary writer becomes a
+fake clock for ``monitored._core._timer``; TF's fake summary writer becomes a
 ``write_summaries`` sink. ``CheckpointSaverHook``'s tests are in
 ``test_tf1_checkpoint_hook.py``; ``SummarySaverHook`` has no plugin yet (see
 ``tests/tf1/README.md``).
@@ -36,7 +36,7 @@ from monitored import (
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
-    monkeypatch.setattr("monitored._timer.time", fake)
+    monkeypatch.setattr("monitored._core._timer.time", fake)
     return fake
 
 
@@ -380,7 +380,7 @@ async def test_GlobalStepWaiterHookTest_test_wait_for_step(monkeypatch: pytest.M
             else:
                 raise AssertionError("before_run should return after the second sleep")
 
-        monkeypatch.setattr("monitored._basic_hooks.anyio.sleep", fake_sleep)
+        monkeypatch.setattr("monitored._core._basic_hooks.anyio.sleep", fake_sleep)
         await hook.before_run(SessionRunContext(None, sess))
         assert counter == 2
 

@@ -79,7 +79,7 @@ class HookedSession:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
-    monkeypatch.setattr("monitored._timer.time", fake)
+    monkeypatch.setattr("monitored._core._timer.time", fake)
     return fake
 
 

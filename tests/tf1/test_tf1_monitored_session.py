@@ -304,7 +304,7 @@ async def test_MonitoredTrainingSessionTest_test_save_checkpoint_secs(
     from _tf1 import FakeClock
 
     clock = FakeClock()
-    monkeypatch.setattr("monitored._timer.time", clock)
+    monkeypatch.setattr("monitored._core._timer.time", clock)
     logdir = str(tmp_path)
     async with monitored.MonitoredTrainingSession(
         TrainState(),

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from .._backend import array_module, is_array
-from .._errors import UnsupportedArgumentError
+from .._core._backend import array_module, is_array
+from .._core._errors import UnsupportedArgumentError
 from ._prefetch import FeedingPipeline, Pipeline
 from ._structure import flatten, map_leaves
 

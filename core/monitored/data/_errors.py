@@ -6,7 +6,7 @@ index and the field, so a bad record can be found without a debugger.
 
 from __future__ import annotations
 
-from .._errors import MonitoredError
+from .._core._errors import MonitoredError
 
 __all__ = [
     "BatchError",

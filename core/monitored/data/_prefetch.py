@@ -28,17 +28,17 @@ import anyio.abc
 import anyio.from_thread
 import anyio.lowlevel
 
-from .._coordinator import END_OF_INPUT
-from .._errors import OutOfRangeError
-from .._run import SessionRunArgs
+from .._core._coordinator import END_OF_INPUT
+from .._core._errors import OutOfRangeError
+from .._core._run import SessionRunArgs
 from ._errors import BatchError, ProducerError, ResumeMismatchError
 from ._structure import Signature, check_batch, quick_signature
 from ._wake import LoopWaker
 
 if TYPE_CHECKING:
-    from .._coordinator import Coordinator
-    from .._run import SessionRunContext
-    from .._session import MonitoredSession
+    from .._core._coordinator import Coordinator
+    from .._core._run import SessionRunContext
+    from .._core._session import MonitoredSession
     from ._staging import DeviceStager
 
 __all__ = ["FeedingPipeline", "Pipeline", "pipelines", "prefetch"]

@@ -19,14 +19,14 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 
-from .._coordinator import END_OF_INPUT
-from .._errors import OutOfRangeError
+from .._core._coordinator import END_OF_INPUT
+from .._core._errors import OutOfRangeError
 from ._errors import QueueClosedError
 from ._wake import LoopWaker
 
 if TYPE_CHECKING:
-    from .._coordinator import Coordinator
-    from .._session import MonitoredSession
+    from .._core._coordinator import Coordinator
+    from .._core._session import MonitoredSession
 
 __all__ = ["FIFOQueue", "QueueRunner", "add_queue_runner", "start_queue_runners"]
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar, overload
 
 import numpy as np
 
-from .._backend import is_array
+from .._core._backend import is_array
 from ._structure import flatten, map_leaves
 
 __all__ = ["shard"]

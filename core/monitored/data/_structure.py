@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .._backend import is_array
+from .._core._backend import is_array
 from ._errors import BatchError
 
 __all__ = ["check_batch", "flatten", "map_leaves", "signature"]

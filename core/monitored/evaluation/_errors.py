@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._errors import MonitoredError
+from .._core._errors import MonitoredError
 
 __all__ = [
     "EvaluationError",

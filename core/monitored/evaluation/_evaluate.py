@@ -16,12 +16,12 @@ from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, final
 
-from .._basic_hooks import FinalOpsHook
-from .._config import TrainingConfig
-from .._errors import MissingPluginError, OutOfRangeError
-from .._scaffold import Scaffold
-from .._session import MonitoredSession
-from .._state import TrainState
+from .._core._basic_hooks import FinalOpsHook
+from .._core._config import TrainingConfig
+from .._core._errors import MissingPluginError, OutOfRangeError
+from .._core._scaffold import Scaffold
+from .._core._session import MonitoredSession
+from .._core._state import TrainState
 from ..metrics import Metric
 from ._errors import NoCheckpointError, NoMetricUpdatesError
 

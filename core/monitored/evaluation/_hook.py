@@ -12,14 +12,14 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, final
 
-from .._timer import SecondOrStepTimer
+from .._core._timer import SecondOrStepTimer
 from ..metrics import Metric
 from ._errors import EvaluationFailedError
 from ._evaluate import EvaluationResult, evaluate_once
 
 if TYPE_CHECKING:
-    from .._run import SessionRunContext, SessionRunValues
-    from .._session import MonitoredSession
+    from .._core._run import SessionRunContext, SessionRunValues
+    from .._core._session import MonitoredSession
 
 __all__ = ["EvaluationHook"]
 

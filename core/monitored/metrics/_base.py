@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Final, Self
 
 import numpy as np
 
-from .._backend import array_module, is_device_array
+from .._core._backend import array_module, is_device_array
 from ._errors import MetricMergeError, MetricShapeError, MetricStateError, MetricWeightsError
 
 __all__ = ["Metric"]

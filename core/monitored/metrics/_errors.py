@@ -6,7 +6,7 @@ All derive from :class:`MetricError` (a :class:`monitored.MonitoredError` and a
 
 from __future__ import annotations
 
-from .._errors import MonitoredError
+from .._core._errors import MonitoredError
 
 __all__ = [
     "MetricConfigError",

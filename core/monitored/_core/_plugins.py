@@ -1,0 +1,466 @@
+"""Finding, validating and ordering plugins and hooks.
+
+pluggy does the specifications, registration and validation; entry points of the
+``monitored`` group are loaded here (not through pluggy's loader) so an import
+error can name the plugin and its distribution. A hook object needs no marker:
+any plain function or method named after a hookspec is an implementation, except
+the no-op defaults inherited from :class:`~monitored.SessionRunHook`.
+
+Two ways of passing arguments: module plugins and pluggy-style implementations
+take any subset of the spec's arguments *by name*. Hook objects passed in
+``hooks=[...]`` may also be written as TF1 wrote them, which called hooks
+positionally (``def after_run(self, rc, rv)``): the events of a
+``SessionRunHook`` subclass, and any method of a hook object whose parameter
+names are not the spec's, are called with the spec's arguments in order.
+A public function whose name is close to a hook name (``after_runn``) is an
+error with a "did you mean", so a misspelled hook never passes silently.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata
+import inspect
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, final
+
+import pluggy
+
+from .. import hookspecs
+from ._errors import PluginError, PluginLoadError, PluginValidationError
+from ._markers import PROJECT_NAME
+from ._session_run_hook import SessionRunHook
+
+__all__ = [
+    "DISABLE_AUTOLOAD_ENV",
+    "DISABLE_ENV",
+    "ENTRY_POINT_GROUP",
+    "Impl",
+    "PluginInfo",
+    "PluginManager",
+    "disabled_from_env",
+    "installed_plugin_names",
+    "installed_plugins",
+]
+
+#: The entry-point group plugin distributions register under.
+ENTRY_POINT_GROUP: Final = PROJECT_NAME
+#: Comma-separated plugin names not to load (``MONITORED_DISABLE_PLUGINS=progress,summaries``).
+DISABLE_ENV: Final = "MONITORED_DISABLE_PLUGINS"
+#: Set to ``1`` to load no installed plugin at all.
+DISABLE_AUTOLOAD_ENV: Final = "MONITORED_DISABLE_PLUGIN_AUTOLOAD"
+
+_SPEC_NAMES: Final = frozenset(
+    name for name in dir(hookspecs) if hasattr(getattr(hookspecs, name), "monitored_spec")
+)
+_SPEC_ARGS: Final = {
+    name: tuple(inspect.signature(getattr(hookspecs, name)).parameters) for name in _SPEC_NAMES
+}
+#: TF1's ``SessionRunHook`` events: a subclass's methods for them are called positionally.
+_TF1_EVENTS: Final = frozenset({"begin", "after_create_session", "before_run", "after_run", "end"})
+#: How alike a name must be to a hook name (difflib's ratio) to count as a misspelling.
+_MISSPELLING_CUTOFF: Final = 0.8
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Impl:
+    """One hook implementation as the session calls it.
+
+    ``argnames`` are the spec arguments it takes by name, or, when ``positional``,
+    it takes the first ``len(argnames)`` spec arguments in order.
+    """
+
+    function: Callable[..., Any]
+    argnames: tuple[str, ...]
+    plugin_name: str
+    tryfirst: bool = False
+    trylast: bool = False
+    positional: bool = False
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class PluginInfo:
+    """One registered plugin: a hook object from code or an installed plugin."""
+
+    #: The name it is registered under: the entry-point name for installed plugins,
+    #: ``hooks[i]:ClassName`` for hooks passed in code.
+    name: str
+    plugin: object
+    #: The distribution that installed it (``None`` for hooks passed in code).
+    distribution: str | None = None
+    version: str | None = None
+    #: ``"hook"`` (passed in code) or ``"entry point"`` (installed).
+    source: str = "hook"
+
+    def describe(self) -> str:
+        """A phrase naming the plugin and its distribution, for error messages."""
+        if self.distribution is None:
+            return f"hook {self.name!r} ({_qualname(self.plugin)})"
+        return f"plugin {self.name!r} (distribution {self.distribution} {self.version})"
+
+
+def disabled_from_env() -> frozenset[str]:
+    """The plugin names listed in ``MONITORED_DISABLE_PLUGINS``."""
+    raw = os.environ.get(DISABLE_ENV, "")
+    return frozenset(name.strip() for name in raw.split(",") if name.strip())
+
+
+def autoload_enabled() -> bool:
+    """Whether installed plugins are loaded (``MONITORED_DISABLE_PLUGIN_AUTOLOAD`` unset)."""
+    return os.environ.get(DISABLE_AUTOLOAD_ENV, "").lower() not in {"1", "true", "yes"}
+
+
+def installed_plugins(
+    disabled: Iterable[str] = (), *, autoload: bool | None = None
+) -> list[PluginInfo]:
+    """Import the plugins installed under the ``monitored`` entry-point group.
+
+    Sorted by entry-point name; names in ``disabled`` or in
+    ``MONITORED_DISABLE_PLUGINS`` are skipped before import, and nothing is loaded
+    when ``MONITORED_DISABLE_PLUGIN_AUTOLOAD=1`` (unless ``autoload=True``).
+    Raises :class:`PluginLoadError` naming the plugin and distribution that failed,
+    and :class:`PluginError` when ``disabled`` names a plugin that is not installed
+    (a typo would otherwise leave the plugin on; unknown names in the environment
+    variable are ignored, since it may be shared by several environments).
+    """
+    entry_points = installed_entry_points()
+    unknown = sorted(frozenset(disabled) - {ep.name for ep in entry_points})
+    if unknown:
+        raise PluginError(
+            f"disable_plugins names {unknown}, which are not installed; installed plugins: "
+            f"{sorted({ep.name for ep in entry_points}) or 'none'}"
+        )
+    if not (autoload_enabled() if autoload is None else autoload):
+        return []
+    skip = frozenset(disabled) | disabled_from_env()
+    found: dict[str, PluginInfo] = {}
+    for ep in sorted(entry_points, key=lambda ep: (ep.name, _distribution(ep))):
+        if ep.name in skip:
+            continue
+        dist_name, version = _distribution(ep)
+        if ep.name in found:
+            other = found[ep.name]
+            raise PluginLoadError(
+                f"two installed distributions register a monitored plugin named {ep.name!r}: "
+                f"{other.distribution} and {dist_name}; uninstall one of them",
+                plugin=ep.name,
+                distribution=dist_name,
+            )
+        try:
+            plugin = ep.load()
+        except Exception as exc:
+            raise PluginLoadError(
+                f"plugin {ep.name!r} (distribution {dist_name} {version}) failed to import "
+                f"{ep.value!r}: {type(exc).__name__}: {exc}. To run without it, set "
+                f"{DISABLE_ENV}={ep.name} (or pip uninstall {dist_name})",
+                plugin=ep.name,
+                distribution=dist_name,
+            ) from exc
+        if inspect.isclass(plugin):
+            raise PluginLoadError(
+                f"plugin {ep.name!r} (distribution {dist_name} {version}): entry point "
+                f"{ep.value!r} names a class; point it at a module or an instance",
+                plugin=ep.name,
+                distribution=dist_name,
+            )
+        found[ep.name] = PluginInfo(ep.name, plugin, dist_name, version, "entry point")
+    return list(found.values())
+
+
+def installed_plugin_names() -> frozenset[str]:
+    """The names of every installed plugin, loaded or not (nothing is imported)."""
+    return frozenset(ep.name for ep in installed_entry_points())
+
+
+def installed_entry_points() -> Sequence[importlib.metadata.EntryPoint]:
+    """The entry points of the ``monitored`` group, without importing them."""
+    return tuple(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
+def _distribution(ep: importlib.metadata.EntryPoint) -> tuple[str, str]:
+    dist = ep.dist
+    if dist is None:  # pragma: no cover - entry points always come from a distribution
+        return "<unknown>", "?"
+    return dist.metadata["Name"] or dist.name, dist.version
+
+
+@final
+class PluginManager(pluggy.PluginManager):
+    """pluggy's manager with ``monitored``'s specs, marker-free hooks and clear errors."""
+
+    def __init__(self) -> None:
+        super().__init__(PROJECT_NAME)
+        self.add_hookspecs(hookspecs)
+        self._infos: dict[str, PluginInfo] = {}
+        self._order: list[str] = []
+        #: Implementations called positionally (TF1 style), by hook name; pluggy
+        #: does not see them, as it would refuse their parameter names.
+        self._positional: dict[str, list[Impl]] = {}
+        #: Hook names of the plugin being registered that are positional.
+        self._skip: frozenset[str] = frozenset()
+
+    @property
+    def infos(self) -> list[PluginInfo]:
+        """The registered plugins in call order."""
+        return [self._infos[name] for name in self._order]
+
+    def parse_hookimpl_opts(self, plugin: object, name: str) -> Any:
+        if name in self._skip:
+            return None
+        opts = super().parse_hookimpl_opts(plugin, name)
+        if opts is not None or name not in _SPEC_NAMES:
+            return opts
+        attr = inspect.getattr_static(plugin, name, None)
+        if isinstance(attr, staticmethod | classmethod):
+            attr = attr.__func__
+        if not (inspect.isfunction(attr) or inspect.ismethod(attr)):
+            return None
+        if isinstance(plugin, SessionRunHook) and attr is getattr(SessionRunHook, name, None):
+            return None  # the base class's no-op default: not an implementation
+        return {}
+
+    def add(self, info: PluginInfo, position: int | None = None) -> None:
+        """Register ``info.plugin`` at ``position`` in the call order (default: last).
+
+        A bad hook raises :class:`PluginValidationError`.
+        """
+        if info.name in self._infos:
+            raise PluginValidationError(
+                f"{info.describe()}: a plugin named {info.name!r} is already registered",
+                plugin=info.name,
+                distribution=info.distribution,
+            )
+        if any(other.plugin is info.plugin for other in self._infos.values()):
+            raise PluginValidationError(
+                f"{info.describe()} is passed twice; each hook object may be registered once",
+                plugin=info.name,
+                distribution=info.distribution,
+            )
+        self._check_hook_names(info)
+        _check_misspellings(info)
+        positional = self._positional_impls(info) if info.source == "hook" else {}
+        self._skip = frozenset(positional)
+        try:
+            self.register(info.plugin, name=info.name)
+        except pluggy.PluginValidationError as exc:
+            hook = _hook_named_in(str(exc))
+            raise PluginValidationError(
+                f"{info.describe()} implements hook {hook!r} with a signature the "
+                f"hookspec does not allow: {_last_line(str(exc))}; hookspec is "
+                f"{hook}{_signature(hook)}",
+                plugin=info.name,
+                distribution=info.distribution,
+                hook=hook,
+            ) from exc
+        finally:
+            self._skip = frozenset()
+        for impl in self._impls_of(info.plugin):
+            if impl.wrapper or impl.hookwrapper:
+                self.unregister(info.plugin)
+                hook = impl.function.__name__
+                raise PluginValidationError(
+                    f"{info.describe()}: hook {hook!r} is marked as a wrapper; monitored "
+                    "calls hooks itself (sync or async) and does not support pluggy wrappers",
+                    plugin=info.name,
+                    distribution=info.distribution,
+                    hook=hook,
+                )
+        if info.source == "hook" and not self._impls_of(info.plugin) and not positional:
+            self.unregister(info.plugin)
+            raise PluginValidationError(
+                f"{info.describe()} implements none of the hooks "
+                f"({', '.join(sorted(_SPEC_NAMES))})",
+                plugin=info.name,
+            )
+        for hook, positional_impl in positional.items():
+            self._positional.setdefault(hook, []).append(positional_impl)
+        self._infos[info.name] = info
+        self._order.insert(len(self._order) if position is None else position, info.name)
+
+    def _positional_impls(self, info: PluginInfo) -> dict[str, Impl]:
+        """The methods of hook object ``info.plugin`` to call positionally, as TF1 did.
+
+        Those are the TF1 events of a ``SessionRunHook`` subclass, and any hook
+        method whose parameter names are not all the spec's (``def after_run(self,
+        rc, rv)``). Their arity is checked here: at most the spec's arguments.
+        """
+        plugin, found = info.plugin, {}
+        for hook in _SPEC_NAMES:
+            attr = inspect.getattr_static(plugin, hook, None)
+            if isinstance(attr, staticmethod | classmethod):
+                attr = attr.__func__
+            if not inspect.isfunction(attr):
+                continue
+            if isinstance(plugin, SessionRunHook) and attr is getattr(SessionRunHook, hook, None):
+                continue
+            method = getattr(plugin, hook)
+            spec_args = _SPEC_ARGS[hook]
+            params, varargs = _positional_params(method)
+            tf1_event = isinstance(plugin, SessionRunHook) and hook in _TF1_EVENTS
+            if not (tf1_event or varargs) and {p.name for p in params} <= set(spec_args):
+                continue  # names the spec's arguments: called by name
+            count = len(spec_args) if varargs else min(len(params), len(spec_args))
+            required = [p for p in params if p.default is inspect.Parameter.empty]
+            if len(required) > len(spec_args):
+                raise PluginValidationError(
+                    f"{info.describe()} implements hook {hook!r} as {hook}"
+                    f"{inspect.signature(method)}, which needs {len(required)} arguments; "
+                    f"the hook passes {len(spec_args)}: {hook}({', '.join(spec_args)})",
+                    plugin=info.name,
+                    distribution=info.distribution,
+                    hook=hook,
+                )
+            opts: Mapping[str, Any] = (
+                pluggy.PluginManager.parse_hookimpl_opts(self, plugin, hook) or {}
+            )
+            found[hook] = Impl(
+                method,
+                spec_args[:count],
+                info.name,
+                tryfirst=bool(opts.get("tryfirst")),
+                trylast=bool(opts.get("trylast")),
+                positional=True,
+            )
+        return found
+
+    def hooks_of(self, plugin: object) -> list[str]:
+        """The names of the hooks ``plugin`` implements, sorted."""
+        by_name = {caller.name for caller in self.get_hookcallers(plugin) or ()}
+        positional = {
+            hook
+            for hook, impls in self._positional.items()
+            for impl in impls
+            if self._infos[impl.plugin_name].plugin is plugin
+        }
+        return sorted(by_name | positional)
+
+    def _check_hook_names(self, info: PluginInfo) -> None:
+        for attr_name in dir(info.plugin):
+            opts = pluggy.PluginManager.parse_hookimpl_opts(self, info.plugin, attr_name)
+            if opts is None:
+                continue
+            hook = opts.get("specname") or attr_name
+            if hook not in _SPEC_NAMES:
+                raise PluginValidationError(
+                    f"{info.describe()} marks {attr_name!r} with @monitored.hookimpl, "
+                    f"but there is no hook named {hook!r}; the hooks are "
+                    f"{', '.join(sorted(_SPEC_NAMES))}",
+                    plugin=info.name,
+                    distribution=info.distribution,
+                    hook=hook,
+                )
+
+    def _impls_of(self, plugin: object) -> list[pluggy.HookImpl]:
+        return [
+            impl
+            for caller in self.get_hookcallers(plugin) or ()
+            for impl in caller.get_hookimpls()
+            if impl.plugin is plugin
+        ]
+
+    def ordered_impls(self, hook: str) -> list[tuple[Impl, PluginInfo]]:
+        """The implementations of ``hook`` in call order.
+
+        ``tryfirst`` ones, then the rest in registration order, then ``trylast``.
+        """
+        order = {name: i for i, name in enumerate(self._order)}
+        impls = [
+            Impl(i.function, tuple(i.argnames), i.plugin_name, i.tryfirst, i.trylast)
+            for i in getattr(self.hook, hook).get_hookimpls()
+        ]
+        impls.extend(self._positional.get(hook, ()))
+
+        def key(impl: Impl) -> tuple[int, int]:
+            group = 0 if impl.tryfirst else 2 if impl.trylast else 1
+            return group, order[impl.plugin_name]
+
+        return [(impl, self._infos[impl.plugin_name]) for impl in sorted(impls, key=key)]
+
+
+def _positional_params(method: Callable[..., Any]) -> tuple[list[inspect.Parameter], bool]:
+    """A bound method's positional parameters, and whether it takes ``*args``."""
+    params = list(inspect.signature(method).parameters.values())
+    varargs = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p for p in params if p.kind in positional], varargs
+
+
+def _own_functions(plugin: object) -> list[str]:
+    """Public function names ``plugin`` itself defines (not inherited from the hook base)."""
+    if inspect.ismodule(plugin):
+        return [
+            name
+            for name, value in vars(plugin).items()
+            if not name.startswith("_")
+            and inspect.isfunction(value)
+            and value.__module__ == plugin.__name__
+        ]
+    names: set[str] = set()
+    for cls in type(plugin).__mro__:
+        if cls in (SessionRunHook, object):
+            continue
+        for name, value in vars(cls).items():
+            if isinstance(value, staticmethod | classmethod):
+                value = value.__func__
+            if not name.startswith("_") and inspect.isfunction(value):
+                names.add(name)
+    return sorted(names)
+
+
+def _misspelled(name: str) -> str | None:
+    """The hook ``name`` probably meant, if it is a near miss of one."""
+    if name in _SPEC_NAMES:
+        return None
+    for hook in sorted(_SPEC_NAMES):
+        if len(hook) >= 5 and name.startswith(hook):
+            return hook
+    match = difflib.get_close_matches(name, _SPEC_NAMES, n=1, cutoff=_MISSPELLING_CUTOFF)
+    return match[0] if match else None
+
+
+def _near_misses(plugin: object) -> str:
+    guesses = {n: g for n in _own_functions(plugin) if (g := _misspelled(n)) is not None}
+    if not guesses:
+        return ""
+    return "; did you mean " + ", ".join(f"{g!r} for {n!r}" for n, g in guesses.items()) + "?"
+
+
+def _check_misspellings(info: PluginInfo) -> None:
+    """Refuse a plugin whose public functions look like misspelled hook names."""
+    near = _near_misses(info.plugin)
+    if near:
+        raise PluginValidationError(
+            f"{info.describe()} defines functions that are not hooks but look like "
+            f"misspelled hook names{near} (a helper needs a name unlike any hook, or a "
+            "leading underscore)",
+            plugin=info.name,
+            distribution=info.distribution,
+        )
+
+
+def _qualname(obj: object) -> str:
+    if inspect.ismodule(obj):
+        return obj.__name__
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _hook_named_in(message: str) -> str:
+    for name in _SPEC_NAMES:
+        if f"hook {name!r}" in message:
+            return name
+    return "?"  # pragma: no cover - pluggy always names the hook
+
+
+def _last_line(message: str) -> str:
+    return message.strip().splitlines()[-1]
+
+
+def _signature(hook: str) -> str:
+    spec = getattr(hookspecs, hook, None)
+    params = inspect.signature(spec).parameters if spec else ()
+    return f"({', '.join(params)})"

@@ -1,0 +1,230 @@
+"""Options of installed plugins: declared, set by argument or environment, validated."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pytest
+from _helpers import counting_step
+
+import monitored
+from monitored import Option, PluginOptionError, TrainState
+from monitored._core._options import options_from_env, resolve_options
+
+PROGRESS = """
+import monitored
+
+SEEN = []
+
+def declare_options():
+    return [
+        monitored.Option("every_n_steps", 100, "refresh every this many steps"),
+        monitored.Option("show", ["loss"], "outputs to show"),
+        monitored.Option("colour", True),
+        monitored.Option("min_interval", 0.5),
+        monitored.Option("title", None, type=str),
+    ]
+
+def after_create_session(session):
+    SEEN.append(dict(session.options_for("progress")))
+
+def training_hooks(config):
+    SEEN.append(dict(config.plugin_options["progress"]))
+"""
+
+DEFAULTS = {
+    "every_n_steps": 100,
+    "show": ["loss"],
+    "colour": True,
+    "min_interval": 0.5,
+    "title": None,
+}
+
+
+@pytest.fixture
+def progress(fake_plugin: Any, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    monkeypatch.delenv("MONITORED_PLUGIN_OPTIONS", raising=False)
+    module = fake_plugin("progress", PROGRESS, dist="monitored-progress")
+    seen: list[dict[str, Any]] = importlib.import_module(module).SEEN
+    return seen
+
+
+async def test_a_plugin_sees_its_defaults(progress: list, state: TrainState) -> None:
+    async with monitored.MonitoredSession(state):
+        pass
+    assert progress == [DEFAULTS]
+
+
+async def test_the_argument_sets_options(progress: list, state: TrainState) -> None:
+    options = {"progress": {"every_n_steps": 10, "show": ("loss", "acc"), "min_interval": 1}}
+    async with monitored.MonitoredSession(state, plugin_options=options):
+        pass
+    assert progress == [
+        {**DEFAULTS, "every_n_steps": 10, "show": ["loss", "acc"], "min_interval": 1.0}
+    ]
+
+
+async def test_training_hooks_read_them_from_the_config(progress: list, state: TrainState) -> None:
+    async with monitored.MonitoredTrainingSession(
+        state, plugin_options={"progress": {"colour": False}}
+    ) as sess:
+        assert sess.training_config is not None
+        assert sess.training_config.plugin_options["progress"]["colour"] is False
+    assert progress == [{**DEFAULTS, "colour": False}] * 2
+
+
+async def test_the_environment_sets_options_and_the_argument_wins(
+    progress: list, state: TrainState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "MONITORED_PLUGIN_OPTIONS",
+        "progress.every_n_steps=7; progress.show=loss, acc ;progress.colour=off;"
+        "progress.min_interval=2.5;progress.title=run 1",
+    )
+    async with monitored.MonitoredSession(state, plugin_options={"progress": {"every_n_steps": 3}}):
+        pass
+    assert progress == [
+        {
+            "every_n_steps": 3,
+            "show": ["loss", "acc"],
+            "colour": False,
+            "min_interval": 2.5,
+            "title": "run 1",
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        (
+            {"progres": {"show": []}},
+            r"plugin 'progres', which is not installed; installed plugins: \['progress'\]",
+        ),
+        (
+            {"progress": {"every_n_step": 1}},
+            r"no option 'every_n_step'.*did you mean 'every_n_steps'\?",
+        ),
+        (
+            {"progress": {"every_n_steps": "10"}},
+            r"option progress.every_n_steps: expected an int, got '10'",
+        ),
+        (
+            {"progress": {"every_n_steps": True}},
+            r"progress.every_n_steps: expected an int, got True",
+        ),
+        ({"progress": {"colour": 1}}, r"progress.colour: expected a bool"),
+        ({"progress": {"show": "loss"}}, r"progress.show: expected a list of strings, got 'loss'"),
+        ({"progress": {"show": [1]}}, r"progress.show: expected a list of strings"),
+        ({"progress": ["show"]}, r"plugin_options\['progress'\] must be a mapping"),
+    ],
+)
+async def test_bad_options_are_refused_before_the_session_starts(
+    progress: list, state: TrainState, options: Any, match: str
+) -> None:
+    with pytest.raises(PluginOptionError, match=match) as info:
+        async with monitored.MonitoredSession(state, plugin_options=options):
+            pass
+    assert progress == []
+    assert info.value.plugin in {"progres", "progress"}
+
+
+@pytest.mark.parametrize(
+    ("env", "match"),
+    [
+        (
+            "progress.every_n_steps=ten",
+            r"MONITORED_PLUGIN_OPTIONS: option progress.every_n_steps: expected an int, got 'ten'",
+        ),
+        ("progress.colour=maybe", r"progress.colour: expected a bool \(true/false\), got 'maybe'"),
+        ("progress.min_interval=fast", r"expected a number"),
+        ("progress.nope=1", r"MONITORED_PLUGIN_OPTIONS: plugin 'progress' has no option 'nope'"),
+        ("every_n_steps=1", r"'every_n_steps=1' is not of the form plugin.option=value"),
+        ("progress.show", r"is not of the form plugin.option=value"),
+    ],
+)
+async def test_bad_options_in_the_environment_are_refused(
+    progress: list, state: TrainState, monkeypatch: pytest.MonkeyPatch, env: str, match: str
+) -> None:
+    monkeypatch.setenv("MONITORED_PLUGIN_OPTIONS", env)
+    with pytest.raises(PluginOptionError, match=match):
+        async with monitored.MonitoredSession(state):
+            pass
+
+
+async def test_unknown_plugins_in_the_environment_are_ignored(
+    progress: list, state: TrainState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MONITORED_PLUGIN_OPTIONS", "summaries.flush_secs=10")
+    async with monitored.MonitoredSession(state):
+        pass
+    assert progress == [DEFAULTS]
+
+
+async def test_options_of_a_disabled_plugin_are_ignored(progress: list, state: TrainState) -> None:
+    async with monitored.MonitoredSession(
+        state, disable_plugins=["progress"], plugin_options={"progress": {"every_n_steps": 1}}
+    ):
+        pass
+    assert progress == []
+
+
+async def test_options_for_a_plugin_that_declares_none_are_an_error(
+    fake_plugin: Any, state: TrainState
+) -> None:
+    fake_plugin("quiet", "def end():\n    pass\n")
+    with pytest.raises(PluginOptionError, match=r"plugin 'quiet', which declares no options"):
+        async with monitored.MonitoredSession(state, plugin_options={"quiet": {"x": 1}}):
+            pass
+
+
+async def test_options_for_an_unknown_plugin(progress: list, state: TrainState) -> None:
+    async with monitored.MonitoredSession(state) as sess:
+        with pytest.raises(
+            monitored.PluginError, match=r"'nope' declares no options.*\['progress'\]"
+        ):
+            sess.options_for("nope")
+        await sess.run(counting_step)
+
+
+async def test_a_plugin_declaring_something_else_is_named(
+    fake_plugin: Any, state: TrainState
+) -> None:
+    fake_plugin("odd", "def declare_options():\n    return [('x', 1)]\n")
+    with pytest.raises(
+        PluginOptionError, match=r"plugin 'odd': declare_options must return monitored.Option"
+    ):
+        async with monitored.MonitoredSession(state):
+            pass
+
+
+async def test_an_option_declared_twice_is_an_error(fake_plugin: Any, state: TrainState) -> None:
+    fake_plugin(
+        "twice",
+        "import monitored\ndef declare_options():\n"
+        "    return [monitored.Option('x', 1), monitored.Option('x', 2)]\n",
+    )
+    with pytest.raises(PluginOptionError, match=r"plugin 'twice' declares option 'x' twice"):
+        async with monitored.MonitoredSession(state):
+            pass
+
+
+def test_option_needs_a_type_it_can_check() -> None:
+    with pytest.raises(ValueError, match="give type= when the default is None"):
+        Option("title")
+    with pytest.raises(ValueError, match="must be an identifier"):
+        Option("every n", 1)
+    assert Option("show", ("a",)).value_type is list
+
+
+def test_options_from_env_parses_entries() -> None:
+    assert options_from_env({"MONITORED_PLUGIN_OPTIONS": "a.x=1;;b.y= 2 ; a.z="}) == {
+        "a": {"x": "1", "z": ""},
+        "b": {"y": " 2 "},
+    }
+
+
+def test_plugin_options_must_be_a_mapping() -> None:
+    with pytest.raises(PluginOptionError, match="must map plugin names"):
+        resolve_options({}, ["progress"], environ={})  # type: ignore[arg-type]
