@@ -171,6 +171,58 @@ async def test_metrics_reported_from_elsewhere_are_observed() -> None:
     assert hook.best_step == 4
 
 
+async def test_evaluation_results_reported_in_the_session_are_the_checks() -> None:
+    hook = EarlyStoppingHook("val_accuracy", patience=1, every_n_steps=0)
+    state = new_state()
+    async with monitored.MonitoredSession(state, hooks=[hook]) as sess:
+        for accuracy in [0.5, 0.7, 0.6, 0.8, 0.9]:
+            await sess.run(losses_step(LOSSES))
+            await sess.report_evaluation(state.global_step, {"val_accuracy": accuracy})
+            if sess.should_stop():
+                break
+    assert (state.global_step, hook.best_step, hook.stopped_step) == (3, 2, 3)
+
+
+async def test_an_evaluation_hook_in_the_session_drives_the_decision() -> None:
+    from monitored.evaluation import EvaluationHook
+    from monitored.metrics import Mean
+
+    # The "accuracy" evaluated at global step s is ACCURACIES[s - 1]: best at 2, then worse.
+    accuracies = [0.6, 0.9, 0.8, 0.7, 0.95, 0.99]
+
+    def eval_step(state: monitored.TrainState, batch: Any, metrics: Any) -> None:
+        metrics["accuracy"].update(np.float64(accuracies[state.global_step - 1]))
+
+    evaluation = EvaluationHook(
+        eval_step, {"accuracy": Mean()}, input_fn=lambda: [0], every_n_steps=1
+    )
+    stopper = EarlyStoppingHook("accuracy", patience=2, every_n_steps=0)
+    result = await run_session(
+        [evaluation, stopper], losses_step(LOSSES), state=new_state(), max_steps=6
+    )
+    assert result.state.global_step == 4
+    assert (stopper.best, stopper.best_step) == (pytest.approx(0.9), 2)
+
+
+async def test_a_hook_watching_a_training_output_ignores_evaluation_results() -> None:
+    hook = EarlyStoppingHook("loss", patience=0, every_n_steps=100)
+    state = new_state()
+    async with monitored.MonitoredSession(state, hooks=[hook]) as sess:
+        for loss in [1.0, 2.0, 3.0]:
+            await sess.run(losses_step(LOSSES))
+            await sess.report_evaluation(state.global_step, {"loss": loss})
+        assert not sess.should_stop()
+    assert hook.best is None
+
+
+async def test_a_monitor_missing_from_the_first_evaluation_is_an_error_at_once() -> None:
+    hook = EarlyStoppingHook("val_acuracy", mode="max", every_n_steps=0)
+    with pytest.raises(MonitoredValueError, match="'val_acuracy' is not among.*step 1"):
+        async with monitored.MonitoredSession(new_state(), hooks=[hook]) as sess:
+            await sess.run(losses_step(LOSSES))
+            await sess.report_evaluation(1, {"val_accuracy": 0.5})
+
+
 @pytest.fixture
 def installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MONITORED_DISABLE_PLUGIN_AUTOLOAD")
@@ -189,3 +241,16 @@ async def test_the_installed_plugin_is_off_until_a_monitor_is_set() -> None:
         plugin_options={"early_stopping": {"monitor": "loss", "patience": 2}},
     )
     assert result.state.global_step == 7
+
+
+@pytest.mark.usefixtures("installed")
+async def test_the_installed_plugin_hears_evaluation_results() -> None:
+    state = new_state()
+    options = {"early_stopping": {"monitor": "val_loss", "every_n_steps": 0, "patience": 1}}
+    async with monitored.MonitoredSession(state, plugin_options=options) as sess:
+        for val_loss in [3.0, 2.0, 2.5, 2.6, 1.0]:
+            await sess.run(losses_step(LOSSES))
+            await sess.report_evaluation(state.global_step, {"val_loss": val_loss})
+            if sess.should_stop():
+                break
+    assert state.global_step == 3  # 2.5 at step 3 is no improvement: patience 1 is spent

@@ -180,6 +180,21 @@ async def test_eta_comes_from_stop_at_step_and_metrics_can_be_reported() -> None
     assert "val_accuracy=0.91" in first
 
 
+async def test_evaluation_results_reported_in_the_session_are_shown() -> None:
+    console, buffer = plain_console()
+    hook = ProgressHook(every_n_steps=2, mode="plain", console=console)
+
+    class Evaluator:
+        async def after_run(self, run_context: Any, run_values: Any) -> None:
+            step = run_context.session.state.global_step
+            if step == 1:
+                await run_context.session.report_evaluation(step, {"val_accuracy": 0.875})
+
+    await run_session([Evaluator(), hook], step_with_loss, max_steps=4)
+    lines = buffer.getvalue().splitlines()
+    assert "val_accuracy=0.875" in lines[0]
+
+
 async def test_checkpoint_saves_are_shown(tmp_path: Path) -> None:
     from monitored_checkpoint import CheckpointSaverHook
 

@@ -1,9 +1,9 @@
 """``EarlyStoppingHook``: stop training when a watched value stops improving.
 
 The value comes from a training output (or state entry) fetched every
-``every_n_steps`` steps, optionally smoothed; or from anywhere else through
-:meth:`EarlyStoppingHook.observe` (evaluation metrics as they are reported: the
-evaluation hookspec will call it). The stop goes through ``request_stop``, the
+``every_n_steps`` steps, optionally smoothed; or, with ``every_n_steps=0``, from
+evaluation results as they are reported (the ``after_evaluate`` hook, or
+:meth:`EarlyStoppingHook.observe` called by hand). The stop goes through ``request_stop``, the
 session's one stop decision. On steps where no check is due the hook fetches
 nothing and creates no coroutine.
 """
@@ -55,8 +55,10 @@ class EarlyStoppingHook:
             ``best_checkpoint_dir`` written there as a checkpoint ``best-<step>``
             (out of any saver's ``max_to_keep`` rotation) and restored from it.
         start_from: checks ignored at first (Keras's ``start_from_epoch``).
-        every_n_steps: check every this many global steps (0: only values handed
-            to :meth:`observe`).
+        every_n_steps: check every this many global steps. 0 watches evaluation
+            results instead: each ``after_evaluate`` (an ``EvaluationHook`` or
+            ``train_and_evaluate`` in the same session) is one check, and so is
+            each call of :meth:`observe`.
         smoothing: an exponential moving average of the fetched values is
             watched instead, ``ema = smoothing * ema + (1 - smoothing) * value``.
         best_checkpoint_dir: see ``restore_best``; needs ``monitored-checkpoint``.
@@ -208,6 +210,18 @@ class EarlyStoppingHook:
         self.best_checkpoint = state.get("best_checkpoint")
 
     # -- values from elsewhere ----------------------------------------------------------------
+    def after_evaluate(
+        self, session: MonitoredSession, step: int, metrics: Mapping[str, Any]
+    ) -> Any:
+        """One check per evaluation when watching evaluation results (``every_n_steps=0``).
+
+        A hook that watches a training output ignores evaluation results, so a
+        name that is both an output and a metric is never counted twice.
+        """
+        if self.every_n_steps:
+            return None
+        return self.observe(session, step, metrics)
+
     def observe(self, session: MonitoredSession, step: int, metrics: Mapping[str, Any]) -> Any:
         """Judge ``metrics[monitor]`` reported for ``step`` (evaluation results).
 

@@ -9,6 +9,7 @@ one :class:`EarlyStoppingHook` per session.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import monitored
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "after_create_session",
+    "after_evaluate",
     "after_run",
     "before_run",
     "begin",
@@ -42,7 +44,9 @@ def declare_options() -> list[monitored.Option]:
         monitored.Option("baseline", None, "values must also beat this", type=float),
         monitored.Option("restore_best", False, "put the best state back when it stops"),
         monitored.Option("start_from", 0, "checks ignored at first"),
-        monitored.Option("every_n_steps", 1, "check every this many global steps"),
+        monitored.Option(
+            "every_n_steps", 1, "check every this many global steps (0: evaluation results)"
+        ),
         monitored.Option("smoothing", 0.0, "exponential moving average factor in [0, 1)"),
     ]
 
@@ -81,6 +85,11 @@ def before_run(run_context: SessionRunContext) -> monitored.SessionRunArgs | Non
 def after_run(run_context: SessionRunContext, run_values: SessionRunValues) -> Any:
     hook = _hooks.get(id(run_context.session))
     return hook.after_run(run_context, run_values) if hook is not None else None
+
+
+def after_evaluate(session: MonitoredSession, step: int, metrics: Mapping[str, Any]) -> Any:
+    hook = _hooks.get(id(session))
+    return hook.after_evaluate(session, step, metrics) if hook is not None else None
 
 
 async def end(session: MonitoredSession) -> None:

@@ -224,6 +224,12 @@ class ProgressHook:
         """Show ``metrics`` (evaluation results) from the next refresh on."""
         self.metrics.update(metrics)
 
+    def after_evaluate(
+        self, session: MonitoredSession, step: int, metrics: Mapping[str, Any]
+    ) -> None:
+        """Evaluation results reported in this session are shown as they arrive."""
+        self.report(metrics)
+
     # -- drawing --------------------------------------------------------------------------------
     def _start_live(self, console: Console | None, step: int) -> None:
         from rich.file_proxy import FileProxy

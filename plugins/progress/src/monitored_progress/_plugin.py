@@ -10,7 +10,8 @@ Live on an interactive terminal or in Jupyter, plain lines every
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Final
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 import monitored
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "after_create_session",
+    "after_evaluate",
     "after_run",
     "before_run",
     "begin",
@@ -77,6 +79,12 @@ def after_run(run_context: SessionRunContext, run_values: SessionRunValues) -> N
     hook = _hooks.get(id(run_context.session))
     if hook is not None:
         hook.after_run(run_context, run_values)
+
+
+def after_evaluate(session: MonitoredSession, step: int, metrics: Mapping[str, Any]) -> None:
+    hook = _hooks.get(id(session))
+    if hook is not None:
+        hook.after_evaluate(session, step, metrics)
 
 
 def end(session: MonitoredSession) -> None:
