@@ -39,7 +39,7 @@ from ._core._fetch import OptionalFetch, optional
 from ._core._markers import hookimpl, hookspec
 from ._core._options import Option
 from ._core._plugins import PluginInfo, installed_plugins
-from ._core._profiler import ProfilerHook, StepTrace
+from ._core._profiler import BackgroundSpan, ProfilerHook, StepTrace
 from ._core._run import RunOptions, SessionRunArgs, SessionRunContext, SessionRunValues
 from ._core._scaffold import Scaffold, SessionManager
 from ._core._session import MonitoredSession, RawSession, SingularMonitoredSession, StepContext
@@ -106,6 +106,7 @@ __all__ = [
     "AdagradOptimizer",
     "AdamOptimizer",
     "AdamWOptimizer",
+    "BackgroundSpan",
     "Cluster",
     "Coordinator",
     "DeadlineExceededError",
