@@ -24,7 +24,7 @@ import struct
 from collections.abc import Iterator
 from typing import Any, BinaryIO, Final, cast
 
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.record_writer import masked_crc32c
 

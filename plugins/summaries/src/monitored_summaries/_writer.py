@@ -88,8 +88,10 @@ class FileWriter:
         # within one second in one directory still sort in the order they were made
         # (TensorBoard reads a directory's files in name order).
         suffix = f".{time.time_ns():020d}.{os.getpid()}.{next(_SEQUENCE)}{filename_suffix}"
-        where = self._dir.local if self._dir.local is not None else tempfile.mkdtemp(
-            prefix="monitored-summaries-"
+        where = (
+            self._dir.local
+            if self._dir.local is not None
+            else tempfile.mkdtemp(prefix="monitored-summaries-")
         )
         try:
             self._events = EventsWriter(os.path.join(where, "events"), suffix)
