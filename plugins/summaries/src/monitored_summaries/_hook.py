@@ -128,7 +128,11 @@ class SummarySaverHook:
         self.summary_writer = summary_writer
         self.scalars = _names("scalars", scalars)
         self.histograms = _names("histograms", histograms)
-        self.hparams = dict(hparams) if hparams is not None else None
+        self.hparams = (
+            _record.check_hparams(hparams, "SummarySaverHook: hparams")
+            if hparams is not None
+            else None
+        )
         self.metrics = metrics
         self._timer = SecondOrStepTimer(every_secs=save_secs, every_steps=save_steps)
         self._every_steps = save_steps
