@@ -143,7 +143,8 @@ async def after_run_alone(repeats: int, logdir: str) -> dict[str, float]:
     for name, kwargs in (("save_steps", {"save_steps": 10**9}), ("save_secs", {"save_secs": 1e9})):
         hook = SummarySaverHook(output_dir=logdir, **kwargs)
         capture = _Capture()
-        async with MonitoredSession(TrainState(), hooks=[hook, capture]) as session:
+        state = TrainState({"w": np.ones(64, np.float32)})
+        async with MonitoredSession(state, hooks=[hook, capture]) as session:
             for _ in range(3):
                 await session.run(step_plain)
             args = capture.args
