@@ -227,9 +227,7 @@ def main() -> None:
         for name, values in nd.items():
             m = statistics.median(values)
             print(f"| {name} | {m:.2f} | {m - base:+.2f} | {m - plain:+.2f} |")
-        print(
-            f"\nDifference from '{baseline}', paired over the {args.repeats} repeats (us/step)\n"
-        )
+        print(f"\nDifference from '{baseline}', paired over the {args.repeats} repeats (us/step)\n")
         print("| loop | median | min | max | max - min |")
         print("|---|--:|--:|--:|--:|")
         for name in (
