@@ -147,8 +147,7 @@ class ClusterSpec:
             return tasks[task_index]
         except KeyError:
             raise ValueError(
-                f"ClusterSpec: job {job_name!r} has no task {task_index} (it has "
-                f"{list(tasks)})"
+                f"ClusterSpec: job {job_name!r} has no task {task_index} (it has {list(tasks)})"
             ) from None
 
     def job_tasks(self, job_name: str) -> list[str | None]:
@@ -170,9 +169,7 @@ class ClusterSpec:
         try:
             return self._jobs[job_name]
         except KeyError:
-            raise ValueError(
-                f"ClusterSpec: no such job {job_name!r} (jobs: {self.jobs})"
-            ) from None
+            raise ValueError(f"ClusterSpec: no such job {job_name!r} (jobs: {self.jobs})") from None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.jobs)

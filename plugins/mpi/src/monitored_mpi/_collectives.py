@@ -14,10 +14,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from monitored import is_device_array, to_host
+from monitored import is_device_array
 from monitored.metrics import Metric
 
 from ._errors import MPIError
+from ._host import host as host_of
 from ._world import World, world
 
 __all__ = ["allgather", "allreduce", "broadcast", "exchange_bytes", "merge_metrics"]
@@ -27,7 +28,7 @@ ReduceOp = Literal["mean", "sum", "min", "max"]
 
 def _as_host(array: Any, what: str) -> tuple[np.ndarray[Any, Any], bool]:
     device = is_device_array(array)
-    host = to_host(array) if device else array
+    host = host_of(array) if device else array
     if not isinstance(host, np.ndarray):
         raise TypeError(f"{what}: expected a NumPy or CuPy array, got {type(array).__name__}")
     return np.ascontiguousarray(host), device
@@ -102,7 +103,9 @@ def allgather(array: Any, *, name: str = "allgather", world_: World | None = Non
     return parts
 
 
-def exchange_bytes(payload: bytes, what: str, world_: World, timeout: float | None = None) -> list[bytes]:
+def exchange_bytes(
+    payload: bytes, what: str, world_: World, timeout: float | None = None
+) -> list[bytes]:
     """Every rank's ``payload``, in rank order, over the session's control channel."""
     w = world_
     mine = np.array([len(payload)], dtype=np.int64)
@@ -136,7 +139,7 @@ def merge_metrics(metrics: Sequence[Metric], *, world_: World | None = None) -> 
     for i, metric in enumerate(metrics):
         pieces.append(np.array([metric.updates], dtype=np.float64))
         for key, value in sorted(metric.arrays.items()):
-            host = np.asarray(to_host(value), dtype=np.float64)
+            host = np.asarray(host_of(value), dtype=np.float64)
             layout.append((i, key, host.shape))
             pieces.append(host.reshape(-1))
     packed = np.concatenate(pieces)
