@@ -1,6 +1,6 @@
 """A small data-parallel training run, launched by the tests under ``mpiexec``.
 
-``python train.py SCENARIO OUT_DIR [STEPS]``: each rank trains a linear model
+``python train.py SCENARIO STEPS OUT_DIR``: each rank trains a linear model
 on its own shard of a fixed data set with ``DistributedOptimizer`` and writes
 what the test checks (final step, arrays, RNG draws) to ``OUT_DIR/rank<N>.json``.
 """
@@ -19,8 +19,7 @@ import numpy as np
 import monitored
 import monitored_mpi
 
-SCENARIO, OUT = sys.argv[1], Path(sys.argv[2])
-STEPS = int(sys.argv[3]) if len(sys.argv) > 3 else 10
+SCENARIO, STEPS, OUT = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
 RANK, SIZE = monitored_mpi.rank(), monitored_mpi.size()
 
 
