@@ -113,3 +113,21 @@ def test_a_resumed_distributed_run_ends_bitwise_identical_to_an_uninterrupted_on
     second, resumed = run_mpi(2, "train.py", "plain", "12", env=env)
     _ok(second)
     assert resumed == whole_results
+
+
+def test_collectives_and_the_distributed_optimizer_average_over_ranks(run_mpi: Any) -> None:
+    proc, results = run_mpi(3, "collectives.py")
+    _ok(proc)
+    for rank, r in results.items():
+        assert r["allreduce_mean"] == [1.0, 1.0]
+        assert r["allreduce_max"] == [2]
+        assert r["broadcast"] == [20.0]
+        assert r["allgather"] == [[0], [0, 1], [0, 1, 2]]
+        assert r["allgather_scalar"] == [0.0, 1.0, 2.0]
+        # Mean over the values 0 | 0 1 | 0 1 2 of the three ranks.
+        assert r["mean"] == pytest.approx(4 / 6)
+        assert r["w"] == [-2.0, -2.0, -2.0], rank  # the mean of 1, 2, 3, descended once
+        # Rows 0, 1, 2 got 0/3, 1/3, 2/3 (each rank's row gathered, divided by 3).
+        assert r["e"] == [[0.0, 0.0], [-1 / 3, -1 / 3], [-2 / 3, -2 / 3], [0.0, 0.0]]
+        assert r["fp16"] == [[1.0, 1.0], "<f8"]
+    assert all(r == results[0] for r in results.values())

@@ -29,9 +29,12 @@ ReduceOp = Literal["mean", "sum", "min", "max"]
 def _as_host(array: Any, what: str) -> tuple[np.ndarray[Any, Any], bool]:
     device = is_device_array(array)
     host = host_of(array) if device else array
+    if isinstance(host, np.generic):
+        host = np.asarray(host)
     if not isinstance(host, np.ndarray):
         raise TypeError(f"{what}: expected a NumPy or CuPy array, got {type(array).__name__}")
-    return np.ascontiguousarray(host), device
+    # (np.ascontiguousarray would turn a 0-d array into a 1-d one.)
+    return (host if host.flags.c_contiguous else host.copy(order="C")), device
 
 
 def _like(host: np.ndarray[Any, Any], device: bool) -> Any:

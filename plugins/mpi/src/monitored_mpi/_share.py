@@ -94,7 +94,7 @@ async def share_state(world: World, session: MonitoredSession, max_wait_secs: fl
         )
     for name in manifest["arrays"]:
         value = state[name]
-        host = np.ascontiguousarray(host_of(value)) if chief else np.empty_like(host_of(value))
+        host = host_of(value).copy(order="C") if chief else np.empty_like(host_of(value))
         raw = host.reshape(-1).view(np.uint8)  # any dtype, bfloat16 included, as bytes
         world.wait(world.control.Ibcast(raw, root=0), f"broadcasting array {name!r}")
         if not chief:
