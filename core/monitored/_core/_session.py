@@ -196,6 +196,11 @@ class MonitoredSession:
         return self._cluster.is_chief
 
     @property
+    def scaffold(self) -> Scaffold:
+        """How the state is initialized and checked ready (the session manager's)."""
+        return self._session_manager.scaffold
+
+    @property
     def plugins(self) -> tuple[PluginInfo, ...]:
         """Every registered hook and plugin, in call order (available once entered)."""
         return self._plan.infos if self._plan is not None else ()

@@ -34,9 +34,7 @@ def test_chief_only_plugins_load_on_rank_0_only(run_mpi: Any) -> None:
 
 
 @pytest.mark.parametrize("n", [2, 3])
-def test_a_stop_requested_on_rank_1_only_ends_every_rank_at_that_step(
-    run_mpi: Any, n: int
-) -> None:
+def test_a_stop_requested_on_rank_1_only_ends_every_rank_at_that_step(run_mpi: Any, n: int) -> None:
     proc, results = run_mpi(n, "train.py", "stop7", "20")
     _ok(proc)
     assert [r["step"] for r in results.values()] == [7] * n
@@ -131,3 +129,26 @@ def test_collectives_and_the_distributed_optimizer_average_over_ranks(run_mpi: A
         assert r["e"] == [[0.0, 0.0], [-1 / 3, -1 / 3], [-2 / 3, -2 / 3], [0.0, 0.0]]
         assert r["fp16"] == [[1.0, 1.0], "<f8"]
     assert all(r == results[0] for r in results.values())
+
+
+def test_the_distributed_example_learns_on_two_ranks() -> None:
+    import os
+    import subprocess
+    import sys
+
+    from conftest import JOB_LIMIT, mpiexec
+
+    example = Path(__file__).parents[3] / "examples" / "distributed.py"
+    launcher = mpiexec()
+    assert launcher is not None
+    proc = subprocess.run(
+        [launcher, "-n", "2", sys.executable, str(example), "--steps", "150"],
+        env={**os.environ, "MPIEXEC_TIMEOUT": str(JOB_LIMIT)},
+        capture_output=True,
+        text=True,
+        timeout=JOB_LIMIT + 30,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = proc.stdout.strip().splitlines()[-1]
+    assert line.startswith("2 rank(s), step 150: held-out accuracy")
+    assert float(line.split("accuracy ")[1].split()[0]) > 0.85

@@ -11,6 +11,7 @@ resumed from the chief's checkpoint gets the same per-rank streams again.
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +63,12 @@ async def share_state(world: World, session: MonitoredSession, max_wait_secs: fl
     """Broadcast the chief's state to every rank (called on all ranks)."""
     state = session.state
     chief = world.rank == 0
+    init_fn = session.scaffold.init_fn
+    if not chief and not state.initialized and init_fn is not None:
+        # The entries init_fn adds must exist here too; their values come from the chief.
+        created = init_fn(state)
+        if inspect.isawaitable(created):
+            await created
     mine = describe(state)
     payload = b""
     if chief:
