@@ -25,15 +25,24 @@ def mpiexec() -> str | None:
 
 @pytest.fixture
 def run_mpi(tmp_path: Path) -> Any:
-    """``run_mpi(n, script, *args, env=...)`` -> (CompletedProcess, {rank: result})."""
+    """``run_mpi(n, script, *args, env=...)`` -> (CompletedProcess, {rank: result}).
+
+    ``script`` is a file of ``scripts/`` (or any path); it gets the output folder
+    as its last argument and writes ``rank<N>.json`` there.
+    """
     launcher = mpiexec()
     if launcher is None:  # pragma: no cover - the dev group installs the mpich wheel
         pytest.skip("no mpiexec: install the mpich wheel (the dev group does)")
 
     def run(
-        n: int, script: str, *args: str, env: dict[str, str] | None = None, out: Path | None = None
+        n: int,
+        script: str | Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        out: Path | None = None,
+        pass_out: bool = True,
     ) -> tuple[subprocess.CompletedProcess[str], dict[int, dict[str, Any]]]:
-        out = out or tmp_path / f"out-{script}-{n}-{'-'.join(args)}"
+        out = out or tmp_path / f"out-{Path(script).name}-{n}-{'-'.join(args)}"
         out.mkdir(parents=True, exist_ok=True)
         for old in out.glob("rank*.json"):
             old.unlink()
@@ -44,7 +53,9 @@ def run_mpi(tmp_path: Path) -> Any:
             "PYTHONUNBUFFERED": "1",
             **(env or {}),
         }
-        command = [launcher, "-n", str(n), sys.executable, str(SCRIPTS / script), *args, str(out)]
+        command = [launcher, "-n", str(n), sys.executable, str(SCRIPTS / script), *args]
+        if pass_out:
+            command.append(str(out))
         proc = subprocess.run(
             command, env=full_env, capture_output=True, text=True, timeout=JOB_LIMIT + 30
         )

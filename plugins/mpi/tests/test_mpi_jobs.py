@@ -131,24 +131,10 @@ def test_collectives_and_the_distributed_optimizer_average_over_ranks(run_mpi: A
     assert all(r == results[0] for r in results.values())
 
 
-def test_the_distributed_example_learns_on_two_ranks() -> None:
-    import os
-    import subprocess
-    import sys
-
-    from conftest import JOB_LIMIT, mpiexec
-
+def test_the_distributed_example_learns_on_two_ranks(run_mpi: Any) -> None:
     example = Path(__file__).parents[3] / "examples" / "distributed.py"
-    launcher = mpiexec()
-    assert launcher is not None
-    proc = subprocess.run(
-        [launcher, "-n", "2", sys.executable, str(example), "--steps", "150"],
-        env={**os.environ, "MPIEXEC_TIMEOUT": str(JOB_LIMIT)},
-        capture_output=True,
-        text=True,
-        timeout=JOB_LIMIT + 30,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc, _ = run_mpi(2, example, "--steps", "150", pass_out=False)
+    _ok(proc)
     line = proc.stdout.strip().splitlines()[-1]
     assert line.startswith("2 rank(s), step 150: held-out accuracy")
     assert float(line.split("accuracy ")[1].split()[0]) > 0.85

@@ -139,7 +139,8 @@ class DistributedOptimizer:
         self, wire: np.dtype[Any], group: list[tuple[str, Any]], w: World
     ) -> dict[str, Any]:
         hosts = [host_of(grad) for _, grad in group]
-        packed = np.concatenate([h.reshape(-1).astype(wire, copy=False) for h in hosts])
+        flat = [h.reshape(-1).astype(wire, copy=False) for h in hosts]
+        packed = flat[0] if len(flat) == 1 else np.concatenate(flat)
         names = [name for name, _ in group]
         what = f"allreduce of the gradients of {names[:3]}{'...' if len(names) > 3 else ''}"
         if wire == np.float16 and self._compression == "fp16":
@@ -154,7 +155,8 @@ class DistributedOptimizer:
         out: dict[str, Any] = {}
         start = 0
         for (name, grad), host in zip(group, hosts, strict=True):
-            part = total[start : start + host.size].reshape(host.shape).astype(host.dtype)
+            part = total[start : start + host.size].reshape(host.shape)
+            part = part.astype(host.dtype, copy=False)
             start += host.size
             part /= host.dtype.type(w.size) if host.dtype.kind in "fc" else w.size
             out[name] = like(part, grad)

@@ -27,10 +27,14 @@ LAUNCHER_ENV: Final = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_RAN
 TIMEOUT_ENV: Final = "MONITORED_MPI_TIMEOUT"
 DEFAULT_TIMEOUT_SECS: Final = 300.0
 
-#: A wait first polls without sleeping for this long (a step's collectives
-#: usually complete in microseconds), then sleeps between polls, from
-#: ``_FIRST_SLEEP`` doubling up to ``_LONGEST_SLEEP``.
+#: A wait first polls without pause for this long (a step's small collectives
+#: complete in microseconds), then yields the core between polls (``sched_yield``:
+#: another rank on the same core runs, and a large collective, which only
+#: progresses while polled, keeps its pace) until ``_YIELD_SECS``, then sleeps
+#: between polls, from ``_FIRST_SLEEP`` doubling up to ``_LONGEST_SLEEP`` (a rank
+#: waiting for a slow one, the chief writing a checkpoint, uses no CPU).
 _SPIN_SECS: Final = 0.002
+_YIELD_SECS: Final = 1.0
 _FIRST_SLEEP: Final = 20e-6
 _LONGEST_SLEEP: Final = 0.001
 
@@ -96,6 +100,9 @@ class World:
         while not request.Test():
             waited = time.monotonic() - start
             if waited < _SPIN_SECS:
+                continue
+            if waited < _YIELD_SECS:
+                os.sched_yield()
                 continue
             if waited > limit:
                 raise CollectiveTimeoutError(
