@@ -35,7 +35,7 @@ class DistributedOptimizer:
     name). Alone (no ``mpiexec``), gradients pass through untouched.
     """
 
-    __slots__ = ("_compression", "_optimizer", "_world")
+    __slots__ = ("_buffers", "_compression", "_optimizer", "_world")
 
     def __init__(
         self,
@@ -56,6 +56,9 @@ class DistributedOptimizer:
         self._optimizer = optimizer
         self._compression = compression
         self._world = world_
+        #: Receive buffers by (dtype, size), reused from step to step by apply_gradients
+        #: (a fresh 40 MB buffer per step costs its page faults every step).
+        self._buffers: dict[tuple[str, int], np.ndarray[Any, Any]] = {}
 
     @property
     def optimizer(self) -> Optimizer:
@@ -85,7 +88,7 @@ class DistributedOptimizer:
         """Average the gradients over the ranks, then apply them (the wrapped optimizer's)."""
         self._optimizer.apply_gradients(
             state,
-            self.reduce_gradients(grads_and_vars),
+            self.reduce_gradients(grads_and_vars, reuse_buffers=True),
             global_step=global_step,
             learning_rate=learning_rate,
         )
@@ -105,19 +108,29 @@ class DistributedOptimizer:
         return loss
 
     def reduce_gradients(
-        self, grads_and_vars: Mapping[str, Any] | Iterable[tuple[Any, str]]
+        self,
+        grads_and_vars: Mapping[str, Any] | Iterable[tuple[Any, str]],
+        *,
+        reuse_buffers: bool = False,
     ) -> Any:
-        """The gradients averaged over all ranks, in the form given (mapping or pairs)."""
+        """The gradients averaged over all ranks, in the form given (mapping or pairs).
+
+        ``reuse_buffers=True`` (what ``apply_gradients`` does) returns dense
+        gradients that are views of buffers kept for the next call: no allocation
+        per step, and valid only until the next call.
+        """
         w = self._world if self._world is not None else world()
         if w is None:
             return grads_and_vars
         if isinstance(grads_and_vars, Mapping):
-            averaged = self._average(list(grads_and_vars.items()), w)
+            averaged = self._average(list(grads_and_vars.items()), w, reuse_buffers)
             return dict(averaged)
         pairs = [(name, grad) for grad, name in grads_and_vars]
-        return [(grad, name) for name, grad in self._average(pairs, w)]
+        return [(grad, name) for name, grad in self._average(pairs, w, reuse_buffers)]
 
-    def _average(self, pairs: list[tuple[str, Any]], w: World) -> list[tuple[str, Any]]:
+    def _average(
+        self, pairs: list[tuple[str, Any]], w: World, reuse: bool
+    ) -> list[tuple[str, Any]]:
         result: dict[str, Any] = {}
         dense: dict[np.dtype[Any], list[tuple[str, Any]]] = {}
         for name, grad in pairs:
@@ -132,11 +145,11 @@ class DistributedOptimizer:
                     wire = np.dtype(np.float16)
                 dense.setdefault(wire, []).append((name, grad))
         for wire, group in dense.items():
-            result.update(self._reduce_dense(wire, group, w))
+            result.update(self._reduce_dense(wire, group, w, reuse))
         return [(name, result[name]) for name, _ in pairs]
 
     def _reduce_dense(
-        self, wire: np.dtype[Any], group: list[tuple[str, Any]], w: World
+        self, wire: np.dtype[Any], group: list[tuple[str, Any]], w: World, reuse: bool
     ) -> dict[str, Any]:
         hosts = [host_of(grad) for _, grad in group]
         flat = [h.reshape(-1).astype(wire, copy=False) for h in hosts]
@@ -150,7 +163,12 @@ class DistributedOptimizer:
             for row in gathered[1:]:
                 total += row
         else:
-            total = np.empty_like(packed)
+            key = (packed.dtype.str, packed.size)
+            total = self._buffers.get(key) if reuse else None
+            if total is None:
+                total = np.empty_like(packed)
+                if reuse:
+                    self._buffers[key] = total
             w.wait(w.comm.Iallreduce(packed, total, op=w.MPI.SUM), what)
         out: dict[str, Any] = {}
         start = 0
