@@ -17,7 +17,7 @@ from ._core._basic_hooks import (
     StepCounterHook,
     StopAtStepHook,
 )
-from ._core._cluster import Cluster, LocalCluster
+from ._core._cluster import Cluster, ClusterSpec, LocalCluster
 from ._core._config import TrainingConfig
 from ._core._coordinator import Coordinator, LooperThread
 from ._core._errors import (
@@ -108,6 +108,7 @@ __all__ = [
     "AdamWOptimizer",
     "BackgroundSpan",
     "Cluster",
+    "ClusterSpec",
     "Coordinator",
     "DeadlineExceededError",
     "ExponentialMovingAverage",
