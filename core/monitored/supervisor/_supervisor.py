@@ -603,8 +603,8 @@ class Supervisor:
 
     def _close_writer(self, failed: bool) -> None:
         """Close the event file; while another error propagates, its own failure is logged."""
-        writer, self._writer = self._writer, None
-        if writer is None:
+        writer = self._writer
+        if writer is None or writer.closed:
             return
         try:
             writer.close()
