@@ -509,7 +509,9 @@ def test_bad_values_are_refused(kwargs: dict[str, Any], exc: type[Exception], ma
 
 def test_a_logdir_without_the_checkpoint_plugin_names_the_package(no_plugin: Any) -> None:
     no_plugin("monitored_checkpoint")
-    with pytest.raises(MissingPluginError, match=r"pip install monitored-checkpoint.*saver=None") as e:
+    with pytest.raises(
+        MissingPluginError, match=r"pip install monitored-checkpoint.*saver=None"
+    ) as e:
         Supervisor(new_state(), logdir="runs/x")
     assert e.value.distribution == "monitored-checkpoint"
     Supervisor(new_state(), logdir="runs/x", saver=None)  # explicitly without checkpoints
@@ -527,9 +529,7 @@ async def test_default_summaries_are_off_without_their_plugin(
         _ = sv.summary_writer
 
 
-@pytest.mark.parametrize(
-    "kwargs", [{"save_summaries_secs": 5}, {"summary_op": lambda s: {}}]
-)
+@pytest.mark.parametrize("kwargs", [{"save_summaries_secs": 5}, {"summary_op": lambda s: {}}])
 def test_summaries_asked_for_without_their_plugin_name_the_package(
     tmp_path: Path, no_plugin: Any, kwargs: dict[str, Any]
 ) -> None:
