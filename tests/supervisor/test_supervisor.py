@@ -567,3 +567,85 @@ def test_properties_and_tf1_use_default() -> None:
     assert sv.logdir is None
     assert sv.session is None
     assert not sv.should_stop()
+
+
+@pytest.mark.parametrize(
+    ("summary", "match"),
+    [
+        ({"": 1.0}, "non-empty strings"),
+        ({3: 1.0}, "non-empty strings"),
+        ({"flag": True}, "'flag' is bool"),
+        ({"names": np.array(["a"])}, "'names' is ndarray"),
+        ([("x", 1.0)], "returned list"),
+    ],
+)
+def test_summary_computed_refuses_what_is_not_tag_to_number(
+    tmp_path: Path, summary: Any, match: str
+) -> None:
+    sv = Supervisor(new_state(), logdir=tmp_path, saver=None)
+    try:
+        with pytest.raises(SummaryFunctionError, match=match):
+            sv.summary_computed(None, summary)
+    finally:
+        sv.summary_writer.close()
+
+
+async def test_a_failing_writer_close_is_raised_after_a_normal_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sv = Supervisor(new_state(), logdir=tmp_path, saver=None)
+    writer = sv.summary_writer
+    real_close = writer.close
+
+    def close() -> None:
+        real_close()
+        raise OSError("event file lost")
+
+    monkeypatch.setattr(writer, "close", close)
+    with pytest.raises(OSError, match="event file lost"):
+        async with sv.managed_session() as sess:
+            await sess.run(step)
+
+
+async def test_a_failing_writer_close_does_not_hide_the_bodys_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    sv = Supervisor(new_state(), logdir=tmp_path, saver=None)
+    writer = sv.summary_writer
+    real_close = writer.close
+
+    def close() -> None:
+        real_close()
+        raise OSError("event file lost")
+
+    monkeypatch.setattr(writer, "close", close)
+    with pytest.raises(ValueError, match="the real problem"):
+        async with sv.managed_session():
+            raise ValueError("the real problem")
+    assert "the summary writer failed too" in caplog.text
+
+
+async def test_services_that_fail_to_start_close_the_session(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sv = Supervisor(new_state())
+
+    def fail(sess: Any) -> None:
+        raise RuntimeError("cannot start")
+
+    monkeypatch.setattr(sv, "start_standard_services", fail)
+    with pytest.raises(RuntimeError, match="cannot start"):
+        await sv.prepare_or_wait_for_session()
+    assert sv.session is not None
+    assert sv.should_stop()
+
+
+async def test_stop_joins_the_threads_given() -> None:
+    sv = Supervisor(new_state())
+    await sv.prepare_or_wait_for_session()
+    done = threading.Event()
+    thread = threading.Thread(target=done.set)
+    thread.start()
+    await sv.stop(threads=[thread])
+    assert done.is_set()
+    assert not thread.is_alive()
