@@ -56,6 +56,7 @@ from .data import (
     start_queue_runners,
 )
 from .evaluation import evaluate_once, evaluate_repeatedly
+from .supervisor import Supervisor
 from .train import (
     AdadeltaOptimizer,
     AdagradDAOptimizer,
@@ -73,6 +74,7 @@ from .train import (
     ProximalAdagradOptimizer,
     ProximalGradientDescentOptimizer,
     RMSPropOptimizer,
+    WarmStartError,
     assign_moving_average,
     clip_by_average_norm,
     clip_by_global_norm,
@@ -91,6 +93,7 @@ from .train import (
     piecewise_constant,
     polynomial_decay,
     trainable_variables,
+    warm_start,
 )
 
 try:
@@ -159,10 +162,12 @@ __all__ = [
     "StepCounterHook",
     "StepTrace",
     "StopAtStepHook",
+    "Supervisor",
     "TrainState",
     "TrainingConfig",
     "UnavailableError",
     "UnsupportedArgumentError",
+    "WarmStartError",
     "__version__",
     "add_queue_runner",
     "assign_moving_average",
@@ -194,4 +199,5 @@ __all__ = [
     "start_queue_runners",
     "to_host",
     "trainable_variables",
+    "warm_start",
 ]

@@ -104,6 +104,9 @@ class MonitoredSession:
         plugin_options: options of installed plugins, by plugin name
             (``{"progress": {"every_n_steps": 10}}``); each plugin declares its own
             (``declare_options``). ``MONITORED_PLUGIN_OPTIONS`` sets them too.
+        coord: the :class:`~monitored.Coordinator` to use (default: a new one). A
+            ``Supervisor`` passes its own, so that ``sv.coord`` exists before the
+            session starts.
     """
 
     _recoverable = True
@@ -129,6 +132,7 @@ class MonitoredSession:
         recovery_wait_secs: float = 30,
         session_creator: None = None,
         config: None = None,
+        coord: Coordinator | None = None,
     ) -> None:
         refuse_tf1_arguments(type(self).__name__, session_creator=session_creator, config=config)
         if state is not None and not isinstance(state, TrainState):
@@ -136,6 +140,8 @@ class MonitoredSession:
                 f"state must be a monitored.TrainState, got {type(state).__name__}; "
                 "wrap your arrays: TrainState({'w': w, ...})"
             )
+        if coord is not None and not isinstance(coord, Coordinator):
+            raise TypeError(f"coord must be a monitored.Coordinator, got {type(coord).__name__}")
         if max_recoveries is not None and max_recoveries < 0:
             raise ValueError(f"max_recoveries must be >= 0 or None, got {max_recoveries}")
         self._state = state if state is not None else TrainState()
@@ -153,7 +159,7 @@ class MonitoredSession:
         self._training_config = training_config
         self._plugin_options = plugin_options if plugin_options is not None else {}
         self._options: dict[str, dict[str, Any]] = {}
-        self._coord = Coordinator()
+        self._coord = coord if coord is not None else Coordinator()
         self._plan: CallPlan | None = None
         self._before_run: tuple[HookCall, ...] = ()
         self._after_run: tuple[HookCall, ...] = ()
