@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -112,3 +113,48 @@ async def test_end_waits_for_background_work_and_warns_about_work_that_never_end
     assert "1 background span(s) of step 2 had not ended" in caplog.text
     (write,) = [e for e in events(tmp_path / "timeline-2.json") if e["cat"] == "write"]
     assert write["ph"] == "B"
+
+
+class AsksForLoss:
+    plugin_name = "asks"
+
+    def before_run(self, run_context: Any) -> monitored.SessionRunArgs:
+        return monitored.SessionRunArgs("loss")
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        pass
+
+
+def loss_step(state: TrainState) -> dict[str, Any]:
+    state.global_step += 1
+    return {"loss": np.float32(1.0)}
+
+
+@pytest.mark.parametrize("show_dataflow", [True, False])
+async def test_show_dataflow_decides_whether_the_file_says_who_received_values(
+    tmp_path: Path, show_dataflow: bool
+) -> None:
+    profiler = ProfilerHook(save_steps=1, output_dir=tmp_path, show_dataflow=show_dataflow)
+    async with MonitoredSession(TrainState(), hooks=[profiler, AsksForLoss()]) as sess:
+        for _ in range(2):
+            await sess.run(loss_step)
+    (after_run,) = [
+        e for e in events(tmp_path / "timeline-2.json") if e["name"] == "asks.after_run"
+    ]
+    assert ("fetched" in after_run["args"]) is show_dataflow
+    # The trace kept in memory is not changed by what the file leaves out.
+    (kept,) = [e for e in profiler.run_metadata["step_2"].events if e["name"] == "asks.after_run"]
+    assert kept["args"]["fetched"] is True
+    assert sorted(os.listdir(tmp_path)) == ["timeline-2.json"]
+
+
+async def test_a_timeline_that_cannot_be_written_fails_the_step_and_leaves_no_partial_file(
+    tmp_path: Path,
+) -> None:
+    profiler = ProfilerHook(save_steps=1, output_dir=tmp_path)
+    (tmp_path / "timeline-2.json").mkdir()  # the rename onto it fails
+    with pytest.raises(OSError, match="timeline-2.json"):
+        async with MonitoredSession(TrainState(), hooks=[profiler]) as sess:
+            for _ in range(2):
+                await sess.run(step)
+    assert os.listdir(tmp_path) == ["timeline-2.json"]

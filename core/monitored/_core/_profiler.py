@@ -14,6 +14,7 @@ each plugin cost over the traced steps (the ``pytest --durations`` habit).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -39,6 +40,13 @@ log = logging.getLogger("monitored")
 
 #: How long ``ProfilerHook.end`` waits for background spans (a checkpoint write) to end.
 END_WAIT_SECS: Final = 30.0
+
+
+def _without_dataflow(event: dict[str, Any]) -> dict[str, Any]:
+    args = event.get("args")
+    if not args or "fetched" not in args:
+        return event
+    return {**event, "args": {k: v for k, v in args.items() if k != "fetched"}}
 
 
 @final
@@ -214,14 +222,17 @@ class StepTrace:
                     totals[key] = totals.get(key, 0.0) + entry["dur"] / 1e6
         return totals
 
-    def to_chrome_trace(self) -> dict[str, Any]:
+    def to_chrome_trace(self, *, dataflow: bool = True) -> dict[str, Any]:
         """The trace as a JSON-ready object Perfetto and ``chrome://tracing`` open.
 
         A background span still open is a begin event (``"ph": "B"``) marked
-        ``unfinished``: the viewers draw it to the end of the trace.
+        ``unfinished``: the viewers draw it to the end of the trace. Without
+        ``dataflow`` the events do not say whether a hook received fetched values.
         """
         with self._lock:
             events = list(self.events)
+            if not dataflow:
+                events = [_without_dataflow(event) for event in events]
             for span in self._open:
                 entry = self._entry(span.plugin, span.event, span.start, span.thread, {})
                 entry["ph"] = "B"
@@ -363,12 +374,18 @@ class ProfilerHook(SessionRunHook):
             self._count(trace)
 
     def _write(self, global_step: int, trace: StepTrace) -> None:
-        if not self.show_dataflow:
-            for event in trace.events:
-                event.get("args", {}).pop("fetched", None)
+        # Written whole, then renamed: a timeline written again once its background
+        # spans ended never leaves a half-written file in place of the first one.
         path = os.path.join(self.output_dir, f"timeline-{global_step}.json")
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(trace.to_chrome_trace(), f)
+        partial = f"{path}.tmp-{os.getpid()}"
+        try:
+            with open(partial, "w", encoding="utf-8") as f:
+                json.dump(trace.to_chrome_trace(dataflow=self.show_dataflow), f)
+            os.replace(partial, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(partial)
+            raise
 
     def _rewrite_finished(self) -> None:
         """Write again the traces whose background spans have all ended since."""
