@@ -135,6 +135,45 @@ def test_a_failed_upload_is_raised_from_the_next_call(mem_dir: str, monkeypatch:
         writer.close()
 
 
+def test_a_failed_upload_keeps_the_last_complete_copy_and_no_partial_file(
+    mem_dir: str, monkeypatch: Any
+) -> None:
+    writer = FileWriter(mem_dir)
+    writer.add_summary(one("a", 1.0), 1)
+    writer.flush()
+    fs = fsspec.filesystem("memory")
+
+    def broken_move(*args: Any, **kwargs: Any) -> None:
+        raise OSError(5, "connection reset")
+
+    monkeypatch.setattr(fs, "mv", broken_move)
+    writer.add_summary(one("a", 2.0), 2)
+    with pytest.raises(SummaryWriteError, match="connection reset"):
+        writer.flush()
+    assert [e.step for e in summary_iterator(writer.path)] == [0, 1]
+    root = mem_dir.removeprefix("memory://")
+    assert [p.rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)] == [
+        writer.path.rsplit("/", 1)[-1]
+    ]
+    with pytest.raises(SummaryWriteError):
+        writer.close()
+
+
+def test_a_remote_writer_that_cannot_start_leaves_no_staging_directory(
+    mem_dir: str, tmp_path: Path, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+
+    def no_events_file(*args: Any, **kwargs: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("monitored_summaries._writer.EventsWriter", no_events_file)
+    with pytest.raises(SummaryDirectoryError, match="No space left"):
+        FileWriter(mem_dir)
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.anyio
 async def test_a_training_session_writes_summaries_to_a_url(mem_dir: str, scalars: Any) -> None:
     def step(state: TrainState) -> dict[str, Any]:

@@ -13,6 +13,8 @@ file grow by whole flushes; the price is one upload of the file per flush (every
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import shutil
 from typing import Any, BinaryIO, final
@@ -20,6 +22,8 @@ from typing import Any, BinaryIO, final
 from ._errors import SummaryDirectoryError
 
 __all__ = ["LogDir", "open_logdir", "url_to_fs"]
+
+_UPLOADS = itertools.count()
 
 
 def url_to_fs(url: str, what: str) -> tuple[Any, str]:
@@ -82,11 +86,25 @@ class LogDir:
             ) from exc
 
     def upload(self, source: BinaryIO, name: str) -> None:
-        """Replace the remote file ``name`` with the whole content of ``source``."""
+        """Replace the remote file ``name`` with the whole content of ``source``.
+
+        Written under a temporary name first and then moved over ``name``: on a
+        filesystem that truncates on open (sftp, smb, ...) a crash during the
+        upload keeps the previous, complete copy. The temporary name holds no
+        ``tfevents``, so TensorBoard never reads a partial upload.
+        """
         assert self.local is None
         source.seek(0)
-        with self._fs.open(f"{self._root}/{name}", "wb") as target:
-            shutil.copyfileobj(source, target, 1 << 20)
+        target = f"{self._root}/{name}"
+        partial = f"{self._root}/.monitored-upload-{os.getpid()}-{next(_UPLOADS)}"
+        try:
+            with self._fs.open(partial, "wb") as out:
+                shutil.copyfileobj(source, out, 1 << 20)
+            self._fs.mv(partial, target)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._fs.rm(partial)
+            raise
 
     def __repr__(self) -> str:
         return f"LogDir({self.url!r})"

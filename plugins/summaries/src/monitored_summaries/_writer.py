@@ -96,6 +96,8 @@ class FileWriter:
         try:
             self._events = EventsWriter(os.path.join(where, "events"), suffix)
         except OSError as exc:
+            if self._dir.local is None:
+                shutil.rmtree(where, ignore_errors=True)
             raise SummaryDirectoryError(
                 f"cannot create an event file in {self._logdir!r}: {exc.strerror or exc}"
             ) from exc
