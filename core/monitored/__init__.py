@@ -55,7 +55,14 @@ from .data import (
     shuffle_batch,
     start_queue_runners,
 )
-from .evaluation import evaluate_once, evaluate_repeatedly
+from .evaluation import (
+    EvalSpec,
+    Experiment,
+    TrainSpec,
+    evaluate_once,
+    evaluate_repeatedly,
+    train_and_evaluate,
+)
 from .train import (
     AdadeltaOptimizer,
     AdagradDAOptimizer,
@@ -109,6 +116,8 @@ __all__ = [
     "Cluster",
     "Coordinator",
     "DeadlineExceededError",
+    "EvalSpec",
+    "Experiment",
     "ExponentialMovingAverage",
     "FIFOQueue",
     "FeedFnHook",
@@ -157,6 +166,7 @@ __all__ = [
     "StepCounterHook",
     "StepTrace",
     "StopAtStepHook",
+    "TrainSpec",
     "TrainState",
     "TrainingConfig",
     "UnavailableError",
@@ -191,5 +201,6 @@ __all__ = [
     "shuffle_batch",
     "start_queue_runners",
     "to_host",
+    "train_and_evaluate",
     "trainable_variables",
 ]
