@@ -245,20 +245,21 @@ class Experiment:
         Summaries go to ``<model_dir>/eval`` (``eval_<name>`` with a ``name``).
         """
         await self._delay("evaluate", delay_secs)
+        options = self._eval_options(name)
         if self.model_dir is None:
             if not self.state.initialized:
                 raise ExperimentConfigError(
                     "Experiment.evaluate(): no model_dir and the state in memory was never "
                     "trained or restored: give model_dir= or call train() first"
                 )
-            return await evaluate_once(
-                self.eval_fn, self.eval_metrics, state=self.state, **self._eval_options(name)
-            )
+            options["state"] = self.state
+        else:
+            options["checkpoint_dir"] = self.model_dir
         return await evaluate_once(
             self.eval_fn,
             self.eval_metrics,
-            checkpoint_dir=self.model_dir,
-            **self._eval_options(name),
+            input=self.eval_input_fn() if self.eval_input_fn is not None else None,
+            **options,
         )
 
     async def continuous_eval(
