@@ -461,3 +461,20 @@ async def test_continuous_eval_ends_on_its_predicate_or_timeout(tmp_path: Path) 
     assert [r.global_step for r in results] == [2]
     results = await exp.continuous_eval(delay_secs=0, throttle_delay_secs=0, timeout=0.5)
     assert [r.global_step for r in results] == [2]  # the newest, then no new one
+
+
+async def test_with_the_summaries_plugin_results_are_scalars_in_the_eval_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from monitored_summaries import summary_iterator
+
+    monkeypatch.delenv("MONITORED_DISABLE_PLUGIN_AUTOLOAD")
+    monkeypatch.setenv("MONITORED_DISABLE_PLUGINS", "nan_guard,early_stopping,progress")
+    exp = experiment(model_dir=tmp_path, train_steps=4, save_checkpoint_steps=2)
+    await exp.train_and_evaluate()
+    written: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted((tmp_path / "eval").glob("events.out.tfevents.*")):
+        for event in summary_iterator(str(path)):
+            for value in event.summary.value:
+                written.setdefault(value.tag, []).append((event.step, value.simple_value))
+    assert written == {"w": [(2, 2.0), (4, 4.0)], "scaled": [(2, 4.0), (4, 8.0)]}

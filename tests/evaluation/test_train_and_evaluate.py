@@ -104,6 +104,33 @@ async def test_without_a_model_dir_the_state_in_memory_is_evaluated() -> None:
     assert state.global_step == 4
 
 
+async def test_min_eval_frequency_counts_steps_with_or_without_checkpoints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    heard = Heard()
+    state = monitored.TrainState({"w": np.zeros(1)})
+    state.initialized = True
+    await train_and_evaluate(
+        TrainSpec(train_step, max_steps=7, hooks=[heard]),
+        eval_spec(),
+        state=state,
+        min_eval_frequency=3,
+    )
+    assert heard.steps == [1, 4, 7]
+    monkeypatch.delenv("MONITORED_DISABLE_PLUGIN_AUTOLOAD")
+    monkeypatch.setenv("MONITORED_DISABLE_PLUGINS", "summaries,nan_guard,early_stopping,progress")
+    heard = Heard()
+    await train_and_evaluate(
+        TrainSpec(train_step, max_steps=7, hooks=[heard]),
+        eval_spec(throttle_secs=0),
+        model_dir=tmp_path,
+        scaffold=monitored.Scaffold(init_fn=init),
+        save_checkpoint_steps=1,
+        min_eval_frequency=3,
+    )
+    assert heard.steps == [1, 4, 7]
+
+
 async def test_an_evaluation_that_raises_stops_training() -> None:
     def broken(state: Any, batch: Any, metrics: Any) -> None:
         raise ValueError("no such column")

@@ -61,9 +61,14 @@ class EvaluationResult:
 
 
 class EvaluationSession(MonitoredSession):
-    """A ``MonitoredSession`` for evaluation: its global step does not move, silently."""
+    """A ``MonitoredSession`` for evaluation: its global step does not move, silently.
+
+    It names its plugins at ``DEBUG`` level: training evaluates often, and the
+    training session has named them already.
+    """
 
     _warn_stalled_global_step = False
+    _plugins_log_level = logging.DEBUG
 
 
 @final
@@ -213,10 +218,12 @@ async def evaluate_once(
     session_hooks += [*hooks, stopper]
     if final is not None:
         session_hooks.append(final)
+    # A summary schedule, so that a summaries plugin gives the session its writer
+    # (the sink of the results); the global step never moves, so it fires once.
     config = TrainingConfig(
         summary_dir=os.fspath(summary_dir) if summary_dir is not None else None,
         save_checkpoint_secs=None,
-        save_summaries_steps=None,
+        save_summaries_steps=1 if summary_dir is not None else None,
         log_step_count_steps=None,
     )
     session = EvaluationSession(

@@ -371,24 +371,31 @@ class Experiment:
 
     # -- the shared pieces --------------------------------------------------------------------
     async def _train_and_evaluate(
-        self, *, min_steps: int, min_secs: float, name: str | None = None
+        self, *, min_steps: int, min_secs: float, name: str | None = None, by_steps: bool = True
     ) -> EvaluationResult:
-        evaluation = self._evaluation(min_steps=min_steps, min_secs=min_secs, name=name)
+        evaluation = self._evaluation(
+            min_steps=min_steps, min_secs=min_secs, name=name, by_steps=by_steps
+        )
         await self._train([evaluation, *self._stop_hooks()])
         return evaluation.results[-1]
 
     def _evaluation(
-        self, *, min_steps: int, min_secs: float, name: str | None
+        self, *, min_steps: int, min_secs: float, name: str | None, by_steps: bool = True
     ) -> EvaluateNewCheckpoints | EvaluationHook:
-        """The hook that evaluates inside training: after checkpoints, or every N steps."""
+        """The hook that evaluates inside training: after checkpoints, or every N steps.
+
+        Without checkpoints the state in memory is evaluated every ``min_steps``
+        steps, or every ``min_secs`` seconds when ``by_steps`` is false.
+        """
         options = self._eval_options(name)
-        if self.model_dir is None and (min_steps > 0 or min_secs > 0):
+        by_secs = not by_steps and min_secs > 0
+        if self.model_dir is None and min_steps > 0:
             return EvaluationHook(
                 self.eval_fn,
                 self.eval_metrics,
                 input_fn=self.eval_input_fn,
-                every_n_steps=None if min_secs > 0 else min_steps,
-                every_n_secs=min_secs if min_secs > 0 else None,
+                every_n_steps=None if by_secs else min_steps,
+                every_n_secs=min_secs if by_secs else None,
                 at_end=True,
                 **options,
             )

@@ -98,6 +98,7 @@ async def train_and_evaluate(
     model_dir: str | os.PathLike[str] | None = None,
     state: TrainState | None = None,
     scaffold: Scaffold | None = None,
+    min_eval_frequency: int | None = None,
     **session_options: Any,
 ) -> EvaluationResult:
     """Train as ``train_spec`` says, evaluating as ``eval_spec`` says; the final result.
@@ -108,8 +109,11 @@ async def train_and_evaluate(
     default being every 600 s); after a checkpoint, if the last evaluation
     started ``eval_spec.throttle_secs`` or more ago, the state just saved is
     evaluated before the next step; the final state is evaluated when training
-    ends. Without a ``model_dir`` the state in memory is evaluated every
-    ``throttle_secs`` seconds and at the end. Every result reaches the training
+    ends. ``min_eval_frequency`` (``Experiment``'s) also asks for this many
+    global steps between evaluations (``None``: any new checkpoint; ``0``: only
+    the final state). Without a ``model_dir`` the state in memory is evaluated
+    every ``min_eval_frequency`` steps, or every ``throttle_secs`` seconds if it
+    is ``None``, and at the end. Every result reaches the training
     session's hooks and plugins (``after_evaluate``): early stopping can watch a
     held-out metric. An evaluation that raises stops training
     (:class:`EvaluationFailedError`). ``session_options`` go to
@@ -138,8 +142,12 @@ async def train_and_evaluate(
         eval_hooks=eval_spec.hooks,
         eval_delay_secs=eval_spec.start_delay_secs,
         continuous_eval_throttle_secs=eval_spec.throttle_secs,
+        min_eval_frequency=min_eval_frequency,
         **session_options,
     )
     return await experiment._train_and_evaluate(
-        min_steps=1, min_secs=eval_spec.throttle_secs, name=eval_spec.name
+        min_steps=experiment.min_eval_frequency,
+        min_secs=eval_spec.throttle_secs,
+        name=eval_spec.name,
+        by_steps=min_eval_frequency is not None,
     )
