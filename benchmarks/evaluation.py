@@ -1,6 +1,6 @@
-"""Streaming-metric updates: monitored.metrics vs the same sums written inline in NumPy.
+"""Evaluation benchmarks: metric updates, and train_and_evaluate against a hand-written loop.
 
-For each metric this times ``metric.update(...)`` (input checks, weights, the
+``--what metrics`` (the default): for each metric this times ``metric.update(...)`` (input checks, weights, the
 accumulation into float64 arrays) against the shortest inline NumPy code that
 accumulates the same sums, written below and run in the same process on the
 same batches. Both are timed alternately after a warm-up, over ``--updates``
@@ -12,21 +12,38 @@ that monitored uses; TF's own tiled comparison is O(n * thresholds) and far slow
 
     python benchmarks/evaluation.py [--batch 4096] [--updates 200] [--repeats 7]
 
+``--what train-and-evaluate``: the demo's model (examples/demo.py: a 64-64-10
+MLP on scikit-learn's digits, momentum, clipping) trained for ``--steps``
+steps with the held-out set evaluated every ``--eval-every`` steps and at the
+end (accuracy, mean per-class accuracy, loss), by ``monitored.train_and_evaluate``
+(no model directory: the state in memory is evaluated; installed plugins off)
+and by a hand-written loop calling the same step functions, on the same batches
+and the same evaluation steps. Runs alternate; the medians of the wall times
+are compared (the target is at most 1.05).
+
+    python benchmarks/evaluation.py --what train-and-evaluate [--steps 1000] [--eval-every 100]
+
 Prints a markdown table and the command that produced it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+import anyio
 import numpy as np
 
+import monitored
 from monitored import metrics as m
 
 
@@ -137,12 +154,110 @@ def _time_case(
     )
 
 
+def _load_demo() -> ModuleType:
+    path = Path(__file__).parent.parent / "examples" / "demo.py"
+    spec = importlib.util.spec_from_file_location("demo", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["demo"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _train_and_evaluate_row(args: argparse.Namespace) -> None:
+    """``train_and_evaluate`` vs a hand-written loop on the demo model, alternating."""
+    os.environ["MONITORED_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    demo = _load_demo()
+    x_train, x_test, y_train, y_test = demo.load_data(0)
+    order = np.random.default_rng(0).integers(0, len(y_train), (args.steps, 32))
+    batches = [(x_train[i], y_train[i]) for i in order]
+    held_out = [(x_test[i : i + 128], y_test[i : i + 128]) for i in range(0, len(y_test), 128)]
+
+    def fresh_state() -> monitored.TrainState:
+        state = monitored.TrainState(seed=0)
+        demo.init_params(state)
+        state.initialized = True
+        return state
+
+    async def with_monitored() -> dict[str, float]:
+        result = await monitored.train_and_evaluate(
+            monitored.TrainSpec(demo.train_step, input_fn=lambda: batches),
+            monitored.EvalSpec(demo.eval_step, demo.eval_metrics(), input_fn=lambda: held_out),
+            state=fresh_state(),
+            min_eval_frequency=args.eval_every,
+            log_step_count_steps=None,
+        )
+        return result.metrics
+
+    def by_hand() -> dict[str, float]:
+        state = fresh_state()
+        metrics = demo.eval_metrics()
+
+        def evaluate() -> dict[str, float]:
+            for metric in metrics.values():
+                metric.reset()
+            for batch in held_out:
+                demo.eval_step(state, batch, metrics)
+            return {key: metric.result() for key, metric in metrics.items()}
+
+        last = None
+        results: dict[str, float] = {}
+        for batch in batches:
+            demo.train_step(state, batch)
+            step = state.global_step
+            if last is None or step - last >= args.eval_every:  # the hook's schedule
+                results, last = evaluate(), step
+        if last != state.global_step:
+            results = evaluate()
+        return results
+
+    def timed(fn: Callable[[], dict[str, float]]) -> tuple[float, dict[str, float]]:
+        start = time.perf_counter()
+        out = fn()
+        return time.perf_counter() - start, out
+
+    run_monitored = lambda: anyio.run(with_monitored)  # noqa: E731
+    mine, theirs = [], []
+    _, expected = timed(by_hand)  # warm-up, both
+    _, got = timed(run_monitored)
+    if got != expected:
+        raise SystemExit(f"the two loops disagree: {got} != {expected}")
+    for repeat in range(args.repeats):
+        pair = [(mine, run_monitored), (theirs, by_hand)]
+        for times, fn in pair if repeat % 2 == 0 else pair[::-1]:
+            times.append(timed(fn)[0])
+    a, b = statistics.median(mine), statistics.median(theirs)
+    evaluations = -(-args.steps // args.eval_every) + 1
+    print(
+        f"python benchmarks/evaluation.py --what train-and-evaluate --steps {args.steps} "
+        f"--eval-every {args.eval_every} --repeats {args.repeats}\n"
+    )
+    print(
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}, NumPy {np.__version__}; {args.steps} steps of batch 32, "
+        f"about {evaluations} evaluations of {len(y_test)} held-out digits; "
+        f"final accuracy {got['accuracy']:.3f}\n"
+    )
+    print("| loop | wall time (s, median) | min - max | ratio |")
+    print("|---|--:|--:|--:|")
+    print(f"| train_and_evaluate | {a:.3f} | {min(mine):.3f} - {max(mine):.3f} | {a / b:.3f} |")
+    print(f"| hand-written loop | {b:.3f} | {min(theirs):.3f} - {max(theirs):.3f} | 1.000 |")
+    print(f"\nratio {a / b:.3f} (target <= 1.05)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--what", choices=["metrics", "train-and-evaluate"], default="metrics")
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--updates", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--eval-every", type=int, default=100)
     args = parser.parse_args()
+    if args.what == "train-and-evaluate":
+        _train_and_evaluate_row(args)
+        return
     rng = np.random.default_rng(0)
     n = args.batch
     binary = rng.integers(0, 2, n)
