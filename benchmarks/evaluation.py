@@ -25,6 +25,11 @@ is less disturbed by other jobs on a shared machine); the target is at most 1.05
 
     python benchmarks/evaluation.py --what train-and-evaluate [--steps 1000] [--eval-every 100]
 
+``--what evaluate-once``: the fixed cost of one evaluation: ``evaluate_once``
+over the demo's held-out set (a ``MonitoredSession`` of its own) against the
+same eval steps and metric results written inline; CPU time per evaluation,
+median of ``--repeats`` runs of 20.
+
 Prints a markdown table and the command that produced it.
 """
 
@@ -261,9 +266,50 @@ def _train_and_evaluate_row(args: argparse.Namespace) -> None:
     )
 
 
+def _evaluate_once_row(args: argparse.Namespace) -> None:
+    """CPU per ``evaluate_once`` of the demo's held-out set vs the same work inline."""
+    os.environ["MONITORED_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    demo = _load_demo()
+    _, x_test, _, y_test = demo.load_data(0)
+    held_out = [(x_test[i : i + 128], y_test[i : i + 128]) for i in range(0, len(y_test), 128)]
+    state = monitored.TrainState(seed=0)
+    demo.init_params(state)
+    state.initialized = True
+    n = 20
+
+    async def sessions() -> None:
+        for _ in range(n):
+            await monitored.evaluate_once(
+                demo.eval_step, demo.eval_metrics(), input=held_out, state=state
+            )
+
+    def inline() -> None:
+        for _ in range(n):
+            metrics = demo.eval_metrics()
+            for batch in held_out:
+                demo.eval_step(state, batch, metrics)
+            {key: metric.result() for key, metric in metrics.items()}
+
+    def cpu_ms(fn: Callable[[], None]) -> float:
+        start = time.process_time()
+        fn()
+        return (time.process_time() - start) / n * 1e3
+
+    mine, theirs = [], []
+    for _ in range(args.repeats + 1):  # the first pair warms up
+        mine.append(cpu_ms(lambda: anyio.run(sessions)))
+        theirs.append(cpu_ms(inline))
+    a, b = statistics.median(mine[1:]), statistics.median(theirs[1:])
+    print(f"python benchmarks/evaluation.py --what evaluate-once --repeats {args.repeats}\n")
+    print(f"evaluate_once: {a:.2f} ms CPU per evaluation; inline: {b:.2f} ms (median of")
+    print(f"{args.repeats} x {n}; {len(y_test)} held-out digits in {len(held_out)} batches)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--what", choices=["metrics", "train-and-evaluate"], default="metrics")
+    parser.add_argument(
+        "--what", choices=["metrics", "train-and-evaluate", "evaluate-once"], default="metrics"
+    )
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--updates", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=7)
@@ -272,6 +318,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.what == "train-and-evaluate":
         _train_and_evaluate_row(args)
+        return
+    if args.what == "evaluate-once":
+        _evaluate_once_row(args)
         return
     rng = np.random.default_rng(0)
     n = args.batch
