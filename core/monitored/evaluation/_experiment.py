@@ -318,9 +318,9 @@ class Experiment:
     async def train_and_evaluate(self) -> EvaluationResult:
         """Train, evaluating after new checkpoints and once at the end; the last result.
 
-        In one process, interleaved: a checkpoint written ``min_eval_frequency``
-        or more steps after the last evaluation is evaluated before the next
-        training step (``0``: only the final state), and the final state is
+        In one process, interleaved: a checkpoint of ``min_eval_frequency`` or
+        more steps after the last evaluation is evaluated as it is written,
+        before the next training step (``0``: only the final state), and the final state is
         evaluated when training ends. Without a ``model_dir`` the state in
         memory is evaluated every ``min_eval_frequency`` steps. Every result
         reaches the training session's hooks and plugins through

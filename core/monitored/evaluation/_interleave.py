@@ -1,9 +1,9 @@
-"""Evaluation interleaved with training: after new checkpoints, and once at the end.
+"""Evaluation interleaved with training: at new checkpoints, and once at the end.
 
 TF Experiment's ``_EvalAndExportListener`` and Estimator's
 ``_NewCheckpointListenerForEvaluate``: a hook in the training session that
-evaluates when the checkpoint plugin reports a finished checkpoint
-(``after_save``), at most every ``min_steps`` global steps and ``min_secs``
+evaluates when the checkpoint plugin is about to write a checkpoint
+(``before_save``), at most every ``min_steps`` global steps and ``min_secs``
 seconds, and once more when training ends if the final state was not evaluated.
 """
 
@@ -26,17 +26,20 @@ __all__ = ["EvaluateNewCheckpoints"]
 
 @final
 class EvaluateNewCheckpoints:
-    """Evaluates the training state after a new checkpoint, and at the end.
+    """Evaluates the training state at each new checkpoint, and at the end.
 
     A checkpoint is evaluated when it is of a step trained in this session,
     ``min_steps`` or more steps after the last evaluation (``0``: only at the
-    end), and ``min_secs`` or more seconds after it started. Because this hook
-    implements ``after_save``, the checkpoint plugin waits for each write before
-    the next step, so the state in memory is exactly the checkpoint just written:
-    it is evaluated in place, with no re-read. With ``at_end``, the final state
-    is evaluated at ``end`` unless its step already was (a session without
-    checkpoints evaluates only then). Each result is kept in :attr:`results` and
-    reaches the training session's plugins through ``after_evaluate``.
+    end), and ``min_secs`` or more seconds after it started. The evaluation runs
+    in ``before_save``, on the state in memory, which is what the checkpoint
+    will hold: no re-read, and plugin states the evaluation changes (early
+    stopping's best value) are saved in that same checkpoint, so a resumed run
+    has seen every evaluation a straight run has. The write itself stays
+    asynchronous (an ``after_save`` listener would make the checkpoint plugin
+    wait for it). With ``at_end``, the final state is evaluated at ``end``
+    unless its step already was (a session without checkpoints evaluates only
+    then). Each result is kept in :attr:`results` and reaches the training
+    session's plugins through ``after_evaluate``.
     """
 
     __slots__ = (
@@ -81,7 +84,7 @@ class EvaluateNewCheckpoints:
     def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
         self._start_step = session.state.global_step
 
-    async def after_save(self, session: MonitoredSession, step: int, path: str) -> None:
+    async def before_save(self, session: MonitoredSession, step: int) -> None:
         if self._due(step):
             await self._evaluate(session)
 

@@ -106,8 +106,8 @@ async def train_and_evaluate(
     TF's local ``train_and_evaluate``: training checkpoints into ``model_dir``
     (with the ``monitored-checkpoint`` plugin; ``save_checkpoint_steps=`` or
     ``save_checkpoint_secs=`` among ``session_options`` set how often, TF's
-    default being every 600 s); after a checkpoint, if the last evaluation
-    started ``eval_spec.throttle_secs`` or more ago, the state just saved is
+    default being every 600 s); at a new checkpoint, if the last evaluation
+    started ``eval_spec.throttle_secs`` or more ago, the state saved is
     evaluated before the next step; the final state is evaluated when training
     ends. ``min_eval_frequency`` (``Experiment``'s) also asks for this many
     global steps between evaluations (``None``: any new checkpoint; ``0``: only
