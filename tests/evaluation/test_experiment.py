@@ -478,3 +478,38 @@ async def test_with_the_summaries_plugin_results_are_scalars_in_the_eval_directo
             for value in event.summary.value:
                 written.setdefault(value.tag, []).append((event.step, value.simple_value))
     assert written == {"w": [(2, 2.0), (4, 4.0)], "scaled": [(2, 4.0), (4, 8.0)]}
+
+
+@pytest.mark.usefixtures("checkpoint_plugin")
+async def test_a_resumed_run_has_heard_the_same_evaluations_as_a_straight_one(
+    tmp_path: Path,
+) -> None:
+    class CountEvaluations:
+        """Plugin state changed by evaluations, as early stopping's is."""
+
+        plugin_name = "count"
+
+        def __init__(self) -> None:
+            self.heard: list[int] = []
+
+        def after_evaluate(self, session: Any, step: int, metrics: Any) -> None:
+            self.heard.append(step)
+
+        def plugin_state(self) -> dict[str, Any]:
+            return {"heard": list(self.heard)}
+
+        def load_plugin_state(self, state: dict[str, Any]) -> None:
+            self.heard = list(state["heard"])
+
+    async def run(model_dir: Path, steps: int) -> list[int]:
+        counter = CountEvaluations()
+        exp = experiment(
+            model_dir=model_dir, train_steps=steps, save_checkpoint_steps=2, train_hooks=[counter]
+        )
+        await exp.train_and_evaluate()
+        return counter.heard
+
+    await run(tmp_path / "resumed", 4)
+    resumed = await run(tmp_path / "resumed", 8)
+    straight = await run(tmp_path / "straight", 8)
+    assert resumed == straight == [2, 4, 6, 8]
