@@ -2,11 +2,19 @@
 
 * **not due**: per-step cost of a ``MonitoredSession`` whose step calls
   ``summaries.scalar`` 10 times, with a ``SummarySaverHook`` that is not due
-  (``save_steps`` = 10**9: only the first step writes), against the same loop
-  and the same step with no summaries plugin at all, and against a step
-  without the 10 calls. Blocks of 2 000 steps alternate between the three
-  loops so a slow spell of the shared machine hits all of them; medians over
-  the repeats.
+  (``save_steps`` = 10**9, or ``save_secs`` = 10**9: only the first step
+  writes), against the same loop and the same step with no summaries plugin
+  at all, and against a step without the 10 calls. A second, identical
+  no-plugin loop is the A/A control: its paired difference from the first is
+  pure noise, so the spread of the plugin's difference can be compared with
+  it. Blocks of 2 000 steps alternate between the loops so a slow spell of
+  the shared machine hits all of them; medians over the repeats. The first
+  steps of each session (the first write, the warm-up) are run before timing
+  starts and reported apart: the mean of the first 2 000 steps.
+* **after_run alone**: the plugin's whole cost on a step that is not due is
+  one call of ``SummarySaverHook.after_run``; timed here directly (a million
+  calls, best of the repeats, minus the same loop calling a no-op method), a
+  figure the machine's noise barely moves.
 * **due**: every step due, each recording 10 scalars and one histogram of a
   1M-element float32 array (TF's buckets), written to a temporary directory,
   against the same steps writing the same with ``tensorboardX.SummaryWriter``
@@ -23,12 +31,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import platform
 import statistics
 import sys
 import tempfile
 import time
+from typing import Any
 
 os.environ["MONITORED_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # only the hooks given below
 
@@ -61,14 +71,25 @@ def step_plain(state: TrainState) -> None:
 async def not_due(repeats: int, logdir: str) -> dict[str, list[float]]:
     """us/step of each loop, one figure per repeat."""
     sessions = {
-        "plugin, step calls scalar x10": (
+        "plugin (save_steps), step calls scalar x10": (
             MonitoredSession(
                 TrainState({"w": np.ones(64, np.float32)}),
                 hooks=[SummarySaverHook(save_steps=10**9, output_dir=logdir)],
             ),
             step_with_calls,
         ),
+        "plugin (save_secs), step calls scalar x10": (
+            MonitoredSession(
+                TrainState({"w": np.ones(64, np.float32)}),
+                hooks=[SummarySaverHook(save_secs=10**9, output_dir=logdir)],
+            ),
+            step_with_calls,
+        ),
         "no plugin, step calls scalar x10": (
+            MonitoredSession(TrainState({"w": np.ones(64, np.float32)})),
+            step_with_calls,
+        ),
+        "A/A control: the same again": (
             MonitoredSession(TrainState({"w": np.ones(64, np.float32)})),
             step_with_calls,
         ),
@@ -78,13 +99,17 @@ async def not_due(repeats: int, logdir: str) -> dict[str, list[float]]:
         ),
     }
     results: dict[str, list[float]] = {name: [] for name in sessions}
+    first: dict[str, list[float]] = {name: [] for name in sessions}
     async with contextlib.AsyncExitStack() as stack:  # closed in reverse order
         for session, _ in sessions.values():
             await stack.enter_async_context(session)
-        for _ in range(2):  # warm-up
-            for session, fn in sessions.values():
+        for _ in range(2):  # warm-up; the first block of each session is reported apart
+            for name, (session, fn) in sessions.items():
+                start = time.perf_counter()
                 for _ in range(BLOCK):
                     await session.run(fn)
+                if not first[name]:
+                    first[name].append((time.perf_counter() - start) / BLOCK * 1e6)
         for _ in range(repeats):
             totals = dict.fromkeys(sessions, 0.0)
             for _ in range(10):
@@ -97,7 +122,43 @@ async def not_due(repeats: int, logdir: str) -> dict[str, list[float]]:
             for name in sessions:
                 results[name].append(totals[name] / (10 * BLOCK) * 1e6)
     FileWriterCache.clear()
+    for name, values in first.items():
+        results[f"{name} [first {BLOCK} steps]"] = values
     return results
+
+
+class _Capture:
+    """Keeps the last step's run context and values, to call a hook with them later."""
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        self.args = (run_context, run_values)
+
+    def noop(self, run_context: Any, run_values: Any) -> None:
+        return None
+
+
+async def after_run_alone(repeats: int, logdir: str) -> dict[str, float]:
+    """ns per call of a not-due ``after_run``, minus a no-op call: best of ``repeats``."""
+    out: dict[str, float] = {}
+    for name, kwargs in (("save_steps", {"save_steps": 10**9}), ("save_secs", {"save_secs": 1e9})):
+        hook = SummarySaverHook(output_dir=logdir, **kwargs)
+        capture = _Capture()
+        state = TrainState({"w": np.ones(64, np.float32)})
+        async with MonitoredSession(state, hooks=[hook, capture]) as session:
+            for _ in range(3):
+                await session.run(step_plain)
+            args = capture.args
+            n = 1_000_000
+            best = {"hook": math.inf, "noop": math.inf}
+            for _ in range(repeats):
+                for label, fn in (("hook", hook.after_run), ("noop", capture.noop)):
+                    start = time.perf_counter()
+                    for _ in range(n):
+                        fn(*args)
+                    best[label] = min(best[label], (time.perf_counter() - start) / n * 1e9)
+        out[name] = best["hook"] - best["noop"]
+    FileWriterCache.clear()
+    return out
 
 
 async def due(repeats: int, steps: int, root: str) -> dict[str, list[float]]:
@@ -155,7 +216,10 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory() as root:
         nd = anyio.run(not_due, args.repeats, os.path.join(root, "not-due"))
-        base = statistics.median(nd["no plugin, step calls scalar x10"])
+        first = {k: v for k, v in nd.items() if k.endswith("steps]")}
+        nd = {k: v for k, v in nd.items() if k not in first}
+        baseline = "no plugin, step calls scalar x10"
+        base = statistics.median(nd[baseline])
         plain = statistics.median(nd["no plugin, step without the calls"])
         print("\nSteps that are not due (us/step, median of repeats; 10 scalar calls per step)\n")
         print("| loop | us/step | over 'no plugin, same step' | over 'step without calls' |")
@@ -163,19 +227,27 @@ def main() -> None:
         for name, values in nd.items():
             m = statistics.median(values)
             print(f"| {name} | {m:.2f} | {m - base:+.2f} | {m - plain:+.2f} |")
-        paired = [
-            a - b
-            for a, b in zip(
-                nd["plugin, step calls scalar x10"],
-                nd["no plugin, step calls scalar x10"],
-                strict=True,
+        print(f"\nDifference from '{baseline}', paired over the {args.repeats} repeats (us/step)\n")
+        print("| loop | median | min | max | max - min |")
+        print("|---|--:|--:|--:|--:|")
+        for name in (
+            "plugin (save_steps), step calls scalar x10",
+            "plugin (save_secs), step calls scalar x10",
+            "A/A control: the same again",
+        ):
+            paired = [a - b for a, b in zip(nd[name], nd[baseline], strict=True)]
+            print(
+                f"| {name} | {statistics.median(paired):+.2f} | {min(paired):+.2f} | "
+                f"{max(paired):+.2f} | {max(paired) - min(paired):.2f} |"
             )
-        ]
-        print(
-            f"\nPlugin's cost per step that is not due: median {statistics.median(paired):+.2f} us "
-            f"(paired over repeats, min {min(paired):+.2f}, max {max(paired):+.2f}); "
-            "target <= 0.5 us"
-        )
+        print("\nTarget: the plugin's median <= +0.5 us over the same loop without it.")
+        print(f"\nThe first {BLOCK} steps of each session (us/step, mean; one sample each):\n")
+        for name, values in first.items():
+            print(f"- {name}: {values[0]:.2f}")
+        alone = anyio.run(after_run_alone, args.repeats, os.path.join(root, "alone"))
+        print("\nA not-due after_run alone (ns per call over a no-op call, best of repeats)\n")
+        for name, ns in alone.items():
+            print(f"- {name}: {ns:.0f} ns")
         d = anyio.run(due, args.repeats, args.due_steps, os.path.join(root, "due"))
         ours = statistics.median(d["monitored-summaries"])
         tbx = statistics.median(d["tensorboardX directly"])

@@ -13,6 +13,7 @@ import monitored
 import monitored.data
 import monitored.evaluation
 import monitored.metrics
+import monitored.supervisor
 import monitored.train
 from monitored import hookspecs
 
@@ -27,7 +28,14 @@ def test_all_lists_exactly_the_public_names() -> None:
 
 
 @pytest.mark.parametrize(
-    "subpackage", [monitored.train, monitored.data, monitored.metrics, monitored.evaluation]
+    "subpackage",
+    [
+        monitored.train,
+        monitored.data,
+        monitored.metrics,
+        monitored.evaluation,
+        monitored.supervisor,
+    ],
 )
 def test_each_capability_subpackage_lists_exactly_its_public_names(subpackage: Any) -> None:
     public = {name for name in vars(subpackage) if not name.startswith("_")}

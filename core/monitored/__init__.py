@@ -17,7 +17,7 @@ from ._core._basic_hooks import (
     StepCounterHook,
     StopAtStepHook,
 )
-from ._core._cluster import Cluster, LocalCluster
+from ._core._cluster import Cluster, ClusterSpec, LocalCluster
 from ._core._config import TrainingConfig
 from ._core._coordinator import Coordinator, LooperThread
 from ._core._errors import (
@@ -39,7 +39,7 @@ from ._core._fetch import OptionalFetch, optional
 from ._core._markers import hookimpl, hookspec
 from ._core._options import Option
 from ._core._plugins import PluginInfo, installed_plugins
-from ._core._profiler import ProfilerHook, StepTrace
+from ._core._profiler import BackgroundSpan, ProfilerHook, StepTrace
 from ._core._run import RunOptions, SessionRunArgs, SessionRunContext, SessionRunValues
 from ._core._scaffold import Scaffold, SessionManager
 from ._core._session import MonitoredSession, RawSession, SingularMonitoredSession, StepContext
@@ -63,6 +63,7 @@ from .evaluation import (
     evaluate_repeatedly,
     train_and_evaluate,
 )
+from .supervisor import Supervisor
 from .train import (
     AdadeltaOptimizer,
     AdagradDAOptimizer,
@@ -80,6 +81,7 @@ from .train import (
     ProximalAdagradOptimizer,
     ProximalGradientDescentOptimizer,
     RMSPropOptimizer,
+    WarmStartError,
     assign_moving_average,
     clip_by_average_norm,
     clip_by_global_norm,
@@ -98,6 +100,7 @@ from .train import (
     piecewise_constant,
     polynomial_decay,
     trainable_variables,
+    warm_start,
 )
 
 try:
@@ -113,7 +116,9 @@ __all__ = [
     "AdagradOptimizer",
     "AdamOptimizer",
     "AdamWOptimizer",
+    "BackgroundSpan",
     "Cluster",
+    "ClusterSpec",
     "Coordinator",
     "DeadlineExceededError",
     "EvalSpec",
@@ -166,11 +171,13 @@ __all__ = [
     "StepCounterHook",
     "StepTrace",
     "StopAtStepHook",
+    "Supervisor",
     "TrainSpec",
     "TrainState",
     "TrainingConfig",
     "UnavailableError",
     "UnsupportedArgumentError",
+    "WarmStartError",
     "__version__",
     "add_queue_runner",
     "assign_moving_average",
@@ -203,4 +210,5 @@ __all__ = [
     "to_host",
     "train_and_evaluate",
     "trainable_variables",
+    "warm_start",
 ]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ._core._markers import hookspec
 
 if TYPE_CHECKING:
+    from ._core._cluster import Cluster
     from ._core._config import TrainingConfig
     from ._core._coordinator import Coordinator
     from ._core._options import Option
@@ -39,6 +40,7 @@ __all__ = [
     "before_run",
     "before_save",
     "begin",
+    "cluster",
     "declare_options",
     "end",
     "load_plugin_state",
@@ -141,6 +143,19 @@ def restore_state(session: MonitoredSession) -> object | None:
     :meth:`~monitored.MonitoredSession.load_plugin_states`) and returns what it
     restored from (a checkpoint path). When no implementation restores anything,
     the state is freshly initialized by the scaffold's ``init_fn``.
+    """
+
+
+@hookspec(firstresult=True)
+def cluster(session: MonitoredSession) -> Cluster | None:
+    """Supply the :class:`~monitored.Cluster` this process trains in.
+
+    Asked of installed plugins once, when a session is entered without a
+    ``cluster=`` argument, before any other hook: the answer decides whether this
+    process is the chief (and so which chief-only plugins load). The first
+    implementation that returns something other than ``None`` wins; without one,
+    the process is alone (``LocalCluster(is_chief)``). The MPI plugin returns its
+    cluster when the process was launched by ``mpiexec`` with more than one rank.
     """
 
 

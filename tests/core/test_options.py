@@ -24,6 +24,7 @@ def declare_options():
         monitored.Option("colour", True),
         monitored.Option("min_interval", 0.5),
         monitored.Option("title", None, type=str),
+        monitored.Option("labels", None, type=dict),
     ]
 
 def after_create_session(session):
@@ -39,6 +40,7 @@ DEFAULTS = {
     "colour": True,
     "min_interval": 0.5,
     "title": None,
+    "labels": None,
 }
 
 
@@ -80,7 +82,8 @@ async def test_the_environment_sets_options_and_the_argument_wins(
     monkeypatch.setenv(
         "MONITORED_PLUGIN_OPTIONS",
         "progress.every_n_steps=7; progress.show=loss, acc ;progress.colour=off;"
-        "progress.min_interval=2.5;progress.title=run 1",
+        "progress.min_interval=2.5;progress.title=run 1;"
+        'progress.labels={"lr": 0.1, "tags": ["a", "b"]}',
     )
     async with monitored.MonitoredSession(state, plugin_options={"progress": {"every_n_steps": 3}}):
         pass
@@ -91,8 +94,19 @@ async def test_the_environment_sets_options_and_the_argument_wins(
             "colour": False,
             "min_interval": 2.5,
             "title": "run 1",
+            "labels": {"lr": 0.1, "tags": ["a", "b"]},
         }
     ]
+
+
+async def test_a_dict_option_takes_a_mapping_with_string_keys(
+    progress: list, state: TrainState
+) -> None:
+    labels = {"lr": 0.1, "layers": 3}
+    async with monitored.MonitoredSession(state, plugin_options={"progress": {"labels": labels}}):
+        pass
+    assert progress == [{**DEFAULTS, "labels": labels}]
+    assert progress[0]["labels"] is not labels, "the plugin gets its own copy"
 
 
 @pytest.mark.parametrize(
@@ -118,6 +132,11 @@ async def test_the_environment_sets_options_and_the_argument_wins(
         ({"progress": {"show": "loss"}}, r"progress.show: expected a list of strings, got 'loss'"),
         ({"progress": {"show": [1]}}, r"progress.show: expected a list of strings"),
         ({"progress": ["show"]}, r"plugin_options\['progress'\] must be a mapping"),
+        (
+            {"progress": {"labels": [("lr", 0.1)]}},
+            r"progress.labels: expected a mapping with string keys",
+        ),
+        ({"progress": {"labels": {1: "x"}}}, r"progress.labels: expected a mapping with string"),
     ],
 )
 async def test_bad_options_are_refused_before_the_session_starts(
@@ -142,6 +161,11 @@ async def test_bad_options_are_refused_before_the_session_starts(
         ("progress.nope=1", r"MONITORED_PLUGIN_OPTIONS: plugin 'progress' has no option 'nope'"),
         ("every_n_steps=1", r"'every_n_steps=1' is not of the form plugin.option=value"),
         ("progress.show", r"is not of the form plugin.option=value"),
+        (
+            "progress.labels={lr: 0.1}",
+            r"progress.labels: expected .*a JSON object\), got '\{lr: 0.1\}' \(Expecting",
+        ),
+        ("progress.labels=[1, 2]", r"progress.labels: expected .*a JSON object\), got '\[1, 2\]'"),
     ],
 )
 async def test_bad_options_in_the_environment_are_refused(

@@ -16,6 +16,7 @@ import pytest
 
 import monitored
 from monitored import metrics as m
+from monitored._core._plugins import installed_plugin_names
 from monitored.evaluation import (
     EvaluationFailedError,
     Experiment,
@@ -66,11 +67,16 @@ def experiment(**kwargs: Any) -> Experiment:
     return Experiment(train_step, eval_step, _metrics(), **kwargs)
 
 
+def _all_plugins_but(*wanted: str) -> str:
+    """``MONITORED_DISABLE_PLUGINS`` turning off every installed plugin but ``wanted``."""
+    return ",".join(sorted(installed_plugin_names() - set(wanted)))
+
+
 @pytest.fixture
 def checkpoint_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
     """Load the installed checkpoint plugin (and only it) into sessions."""
     monkeypatch.delenv("MONITORED_DISABLE_PLUGIN_AUTOLOAD")
-    monkeypatch.setenv("MONITORED_DISABLE_PLUGINS", "summaries,nan_guard,early_stopping,progress")
+    monkeypatch.setenv("MONITORED_DISABLE_PLUGINS", _all_plugins_but("checkpoint"))
 
 
 # -- train_and_evaluate, in one process -------------------------------------------------------
@@ -469,7 +475,7 @@ async def test_with_the_summaries_plugin_results_are_scalars_in_the_eval_directo
     from monitored_summaries import summary_iterator
 
     monkeypatch.delenv("MONITORED_DISABLE_PLUGIN_AUTOLOAD")
-    monkeypatch.setenv("MONITORED_DISABLE_PLUGINS", "nan_guard,early_stopping,progress")
+    monkeypatch.setenv("MONITORED_DISABLE_PLUGINS", _all_plugins_but("checkpoint", "summaries"))
     exp = experiment(model_dir=tmp_path, train_steps=4, save_checkpoint_steps=2)
     await exp.train_and_evaluate()
     written: dict[str, list[tuple[int, float]]] = {}

@@ -10,6 +10,7 @@ import pytest
 
 import monitored
 from monitored import metrics as m
+from monitored._core._plugins import installed_plugin_names
 from monitored.evaluation import (
     EvalSpec,
     EvaluationFailedError,
@@ -42,10 +43,15 @@ class Heard:
         self.steps.append(step)
 
 
+def _all_plugins_but(*wanted: str) -> str:
+    """``MONITORED_DISABLE_PLUGINS`` turning off every installed plugin but ``wanted``."""
+    return ",".join(sorted(installed_plugin_names() - set(wanted)))
+
+
 @pytest.fixture
 def checkpoint_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MONITORED_DISABLE_PLUGIN_AUTOLOAD")
-    monkeypatch.setenv("MONITORED_DISABLE_PLUGINS", "summaries,nan_guard,early_stopping,progress")
+    monkeypatch.setenv("MONITORED_DISABLE_PLUGINS", _all_plugins_but("checkpoint"))
 
 
 def eval_spec(**kwargs: Any) -> EvalSpec:
@@ -118,7 +124,7 @@ async def test_min_eval_frequency_counts_steps_with_or_without_checkpoints(
     )
     assert heard.steps == [1, 4, 7]
     monkeypatch.delenv("MONITORED_DISABLE_PLUGIN_AUTOLOAD")
-    monkeypatch.setenv("MONITORED_DISABLE_PLUGINS", "summaries,nan_guard,early_stopping,progress")
+    monkeypatch.setenv("MONITORED_DISABLE_PLUGINS", _all_plugins_but("checkpoint"))
     heard = Heard()
     await train_and_evaluate(
         TrainSpec(train_step, max_steps=7, hooks=[heard]),

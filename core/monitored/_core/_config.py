@@ -31,6 +31,9 @@ class TrainingConfig:
     max_wait_secs: float = 7200
     stop_grace_period_secs: float = 120
     explicit: frozenset[str] = field(default_factory=frozenset)
+    #: Hooks for the chief only (``chief_only_hooks``, the step counter): the session
+    #: leaves them out on other processes, once it knows its role.
+    chief_only_hooks: tuple[object, ...] = ()
     #: Every plugin's resolved options (``declare_options``), by plugin name.
     plugin_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 

@@ -3,7 +3,8 @@
 A plugin declares its options through the ``declare_options`` hookspec (pytest's
 ``addoption`` is the model); users set them per session with
 ``plugin_options={"progress": {"every_n_steps": 10}}`` or, without touching the
-script, with ``MONITORED_PLUGIN_OPTIONS="progress.every_n_steps=10;progress.show=loss,acc"``.
+script, with ``MONITORED_PLUGIN_OPTIONS="progress.every_n_steps=10;progress.show=loss,acc"``
+(a ``dict`` option takes a JSON object there: ``summaries.hparams={"lr": 0.1}``).
 The argument wins over the environment, the environment over the declared
 default. Every value is checked against its option's type before the session
 starts, and a misspelled plugin or option name is an error, not a silent no-op.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import difflib
+import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -25,7 +27,7 @@ __all__ = ["OPTIONS_ENV", "Option", "options_from_env", "resolve_options"]
 #: ``plugin.option=value`` entries separated by ``;``: options set from the environment.
 OPTIONS_ENV: Final = "MONITORED_PLUGIN_OPTIONS"
 
-_TYPES: Final = (bool, int, float, str, list)
+_TYPES: Final = (bool, int, float, str, list, dict)
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off"})
 
@@ -39,9 +41,10 @@ class Option:
         name: the option's name, unique within the plugin.
         default: its value when the user sets none.
         help: one line for ``monitored plugins``.
-        type: ``bool``, ``int``, ``float``, ``str`` or ``list`` (of strings); by
-            default the type of ``default``. Values from the environment are
-            converted to it (``list`` from comma-separated text).
+        type: ``bool``, ``int``, ``float``, ``str``, ``list`` (of strings) or
+            ``dict`` (string keys; the plugin checks the values); by default the
+            type of ``default``. Values from the environment are converted to it
+            (``list`` from comma-separated text, ``dict`` from a JSON object).
     """
 
     name: str
@@ -55,7 +58,7 @@ class Option:
         kind = self.value_type
         if kind not in _TYPES:
             raise ValueError(
-                f"Option {self.name!r}: type must be one of bool, int, float, str, list; "
+                f"Option {self.name!r}: type must be one of bool, int, float, str, list, dict; "
                 f"got {kind!r} (give type= when the default is None)"
             )
 
@@ -76,6 +79,9 @@ class Option:
         if kind is list and isinstance(value, list | tuple):
             if all(isinstance(item, str) for item in value):
                 return list(value)
+        elif kind is dict and isinstance(value, Mapping):
+            if all(isinstance(key, str) for key in value):
+                return dict(value)
         elif isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
             return value
         raise PluginOptionError(
@@ -94,9 +100,18 @@ class Option:
                 raise ValueError(text)
             if kind is list:
                 return [item.strip() for item in text.split(",") if item.strip()]
+            if kind is dict:
+                value = json.loads(text)
+                if not isinstance(value, dict):
+                    raise ValueError(text)
+                return value
             return kind(text.strip()) if kind is not str else text
-        except ValueError:
-            raise PluginOptionError(f"{where}: expected {_describe(kind)}, got {text!r}") from None
+        except ValueError as exc:
+            # json.JSONDecodeError is a ValueError; its position helps with a long object.
+            detail = f" ({exc})" if isinstance(exc, json.JSONDecodeError) else ""
+            raise PluginOptionError(
+                f"{where}: expected {_describe(kind)}, got {text!r}{detail}"
+            ) from None
 
 
 def _describe(kind: builtins.type) -> str:
@@ -106,6 +121,7 @@ def _describe(kind: builtins.type) -> str:
         float: "a number",
         str: "a string",
         list: "a list of strings",
+        dict: "a mapping with string keys (in the environment, a JSON object)",
     }[kind]
 
 

@@ -104,6 +104,9 @@ class MonitoredSession:
         plugin_options: options of installed plugins, by plugin name
             (``{"progress": {"every_n_steps": 10}}``); each plugin declares its own
             (``declare_options``). ``MONITORED_PLUGIN_OPTIONS`` sets them too.
+        coord: the :class:`~monitored.Coordinator` to use (default: a new one). A
+            ``Supervisor`` passes its own, so that ``sv.coord`` exists before the
+            session starts.
     """
 
     _recoverable = True
@@ -131,6 +134,7 @@ class MonitoredSession:
         recovery_wait_secs: float = 30,
         session_creator: None = None,
         config: None = None,
+        coord: Coordinator | None = None,
     ) -> None:
         refuse_tf1_arguments(type(self).__name__, session_creator=session_creator, config=config)
         if state is not None and not isinstance(state, TrainState):
@@ -138,11 +142,17 @@ class MonitoredSession:
                 f"state must be a monitored.TrainState, got {type(state).__name__}; "
                 "wrap your arrays: TrainState({'w': w, ...})"
             )
+        if coord is not None and not isinstance(coord, Coordinator):
+            raise TypeError(f"coord must be a monitored.Coordinator, got {type(coord).__name__}")
         if max_recoveries is not None and max_recoveries < 0:
             raise ValueError(f"max_recoveries must be >= 0 or None, got {max_recoveries}")
         self._state = state if state is not None else TrainState()
         self._hooks = list(hooks or ())
         self._cluster: Cluster = cluster or LocalCluster(is_chief)
+        #: Whether a cluster was given: else an installed plugin may supply one.
+        self._cluster_given = cluster is not None
+        #: True once the processes agreed to stop (the stop is then the same everywhere).
+        self._stop_agreed = False
         self._session_manager = session_manager or SessionManager(scaffold, recovery_wait_secs)
         self._stop_grace_period_secs = stop_grace_period_secs
         self._max_wait_secs = max_wait_secs
@@ -151,7 +161,7 @@ class MonitoredSession:
         self._training_config = training_config
         self._plugin_options = plugin_options if plugin_options is not None else {}
         self._options: dict[str, dict[str, Any]] = {}
-        self._coord = Coordinator()
+        self._coord = coord if coord is not None else Coordinator()
         self._plan: CallPlan | None = None
         self._before_run: tuple[HookCall, ...] = ()
         self._after_run: tuple[HookCall, ...] = ()
@@ -194,6 +204,11 @@ class MonitoredSession:
         return self._cluster.is_chief
 
     @property
+    def scaffold(self) -> Scaffold:
+        """How the state is initialized and checked ready (the session manager's)."""
+        return self._session_manager.scaffold
+
+    @property
     def plugins(self) -> tuple[PluginInfo, ...]:
         """Every registered hook and plugin, in call order (available once entered)."""
         return self._plan.infos if self._plan is not None else ()
@@ -214,7 +229,11 @@ class MonitoredSession:
             raise RuntimeError("a MonitoredSession can be entered only once")
         self._entered = True
         self._finalizes_state = not self._state.finalized
-        await self._register_plugins()
+        try:
+            await self._register_plugins()
+        except BaseException as exc:
+            self._cluster.fail(exc)
+            raise
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
         self._coord._attach(self._task_group)
@@ -279,6 +298,10 @@ class MonitoredSession:
         self._coord._closing = True
         try:
             if failure is None:
+                if not self._stop_agreed and not isinstance(self._cluster, LocalCluster):
+                    # An end of input (or a close) that no step agreed on: meet the
+                    # other processes' stop decision, so that they end too.
+                    self._stop_agreed = self._cluster.agree_to_stop(True)
                 if self._fetcher.pending is not None:
                     await self._deliver_late(SessionRunContext(None, self))
                 await self.call_hook("end", self)
@@ -298,7 +321,11 @@ class MonitoredSession:
                     # state (evaluation after training) may add entries in begin.
                     self._state.unfinalize()
                 with anyio.CancelScope(shield=True):
-                    await self._join(failure)
+                    try:
+                        await self._join(failure)
+                    finally:
+                        if failure is not None:
+                            self._cluster.fail(failure)
 
     async def _join(self, failure: BaseException | None) -> None:
         try:
@@ -314,12 +341,19 @@ class MonitoredSession:
 
     # -- plugins -------------------------------------------------------------------------------
     async def _register_plugins(self) -> None:
+        available = installed_plugins(self._disabled)
+        if not self._cluster_given:
+            await self._find_cluster(available)
         manager = PluginManager()
-        for i, hook in enumerate(self._hooks):
+        config = self._training_config
+        hooks = self._hooks
+        if config is not None and not self.is_chief and config.chief_only_hooks:
+            hooks = [h for h in hooks if not any(h is c for c in config.chief_only_hooks)]
+        for i, hook in enumerate(hooks):
             manager.add(PluginInfo(_hook_name(hook, f"hooks[{i}]:{_name_of(hook)}"), hook))
         installed = [
             info
-            for info in installed_plugins(self._disabled)
+            for info in available
             if self.is_chief or not getattr(info.plugin, "chief_only", False)
         ]
         for info in installed:
@@ -334,13 +368,12 @@ class MonitoredSession:
             loaded=[info.name for info in manager.infos],
             installed=installed_plugin_names(),
         )
-        config = self._training_config
         if config is not None:
             config = self._training_config = dataclasses.replace(
-                config, plugin_options=self._options
+                config, plugin_options=self._options, is_chief=self.is_chief
             )
             self._check_features(config, {info.name for info in installed})
-            position = len(self._hooks)
+            position = len(hooks)
             for call, hooks in await CallPlan(manager).call_each("training_hooks", config):
                 for hook in _hook_list(hooks, call):
                     name = f"hooks[{position}]:{_name_of(hook)}<{call.info.name}>"
@@ -350,6 +383,15 @@ class MonitoredSession:
         self._before_run = self._plan["before_run"]
         self._after_run = self._plan["after_run"]
         _log_plugins(self._plan.infos, self._plugins_log_level)
+
+    async def _find_cluster(self, available: Iterable[PluginInfo]) -> None:
+        """Let an installed plugin supply the cluster (the ``cluster`` hookspec)."""
+        probe = PluginManager()
+        for info in available:
+            probe.add(info)
+        supplied = await CallPlan(probe).call_first("cluster", self)
+        if supplied is not None:
+            self._cluster = supplied
 
     def _check_features(self, config: TrainingConfig, loaded: set[str]) -> None:
         for plugin, distribution, wanted, argument in _FEATURES:
@@ -393,7 +435,8 @@ class MonitoredSession:
                 self.restored_from = await self._session_manager.prepare_session(
                     self, recreating=recreating
                 )
-            else:
+            await self._cluster.share_state(self, self._max_wait_secs)
+            if not self.is_chief:
                 await self._session_manager.wait_for_session(self, self._max_wait_secs)
             self._state.finalize()
             await self.call_hook("after_create_session", self, self._coord)
@@ -474,7 +517,13 @@ class MonitoredSession:
         """
         if self._unawaited is not None:
             self._check_awaited()
-        return self._should_stop or (self._coord._stopped and not self._recovery_pending())
+        if self._should_stop:
+            return True
+        if not isinstance(self._cluster, LocalCluster):
+            # Processes stop only together, after a step's agreement: a stop
+            # requested since then is agreed on at the end of the next step.
+            return False
+        return self._coord._stopped and not self._recovery_pending()
 
     def _check_awaited(self) -> None:
         """Raise if the last ``run`` was never awaited (its coroutine never started)."""
@@ -500,6 +549,8 @@ class MonitoredSession:
             )
         if self._should_stop or (self._coord.should_stop() and not self._recovery_pending()):
             self._coord.raise_requested_exception()
+            if not self._should_stop and not isinstance(self._cluster, LocalCluster):
+                return  # a local stop request: the step runs, and its end agrees on it
             raise RuntimeError("Run called even after should_stop requested.")
 
     def run(
@@ -568,7 +619,7 @@ class MonitoredSession:
                     result = await result
             except _StopRequested:
                 if self._cluster.agree_to_stop(True):
-                    self._should_stop = True
+                    self._should_stop = self._stop_agreed = True
                     who = f"step function {_name_of(step_fn)}"
                     _log_stop(who, self._coord, self.state.global_step)
                 return None
@@ -674,7 +725,7 @@ class MonitoredSession:
             if self._cluster.agree_to_stop(
                 context._stop_requested or (self._coord._stopped and not self._recovery_pending())
             ):
-                self._should_stop = True
+                self._should_stop = self._stop_agreed = True
                 _log_stop(context.stop_requested_by, self._coord, state.global_step)
                 if self._fetcher.pending is not None:
                     await self._deliver_late(context)
@@ -760,7 +811,7 @@ class MonitoredSession:
             if self._cluster.agree_to_stop(
                 context._stop_requested or (self._coord._stopped and not self._recovery_pending())
             ):
-                self._should_stop = True
+                self._should_stop = self._stop_agreed = True
                 _log_stop(context.stop_requested_by, self._coord, state.global_step)
                 if self._fetcher.pending is not None:
                     await self._deliver_late(context)

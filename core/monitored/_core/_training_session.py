@@ -97,6 +97,14 @@ def MonitoredTrainingSession(
     checkpoint_secs, checkpoint_steps = _resolve(save_checkpoint_secs, save_checkpoint_steps, 600)
     summaries_steps, summaries_secs = _resolve(save_summaries_steps, save_summaries_secs, 100)
     log_step_count_steps = log_step_count_steps or None
+    # The chief-only hooks are given to the session, which leaves them out where it is
+    # not the chief: an installed cluster plugin (MPI) may decide that, not `is_chief`.
+    chief_only = list(chief_only_hooks or ())
+    all_hooks: list[object] = [*chief_only, *(hooks or ())]
+    if log_step_count_steps is not None:
+        counter = StepCounterHook(every_n_steps=log_step_count_steps)
+        all_hooks.append(counter)
+        chief_only.append(counter)
     training_config = TrainingConfig(
         is_chief=is_chief,
         checkpoint_dir=checkpoint_dir,
@@ -109,13 +117,8 @@ def MonitoredTrainingSession(
         max_wait_secs=max_wait_secs,
         stop_grace_period_secs=stop_grace_period_secs,
         explicit=frozenset(explicit),
+        chief_only_hooks=tuple(chief_only),
     )
-    all_hooks: list[object] = []
-    if is_chief:
-        all_hooks.extend(chief_only_hooks or ())
-    all_hooks.extend(hooks or ())
-    if is_chief and log_step_count_steps is not None:
-        all_hooks.append(StepCounterHook(every_n_steps=log_step_count_steps))
     return MonitoredSession(
         state,
         hooks=all_hooks,

@@ -2,8 +2,9 @@
 
 Optimizers (:mod:`monitored.train.optimizers`), learning-rate schedules
 (:mod:`monitored.train.schedules`), gradient clipping (:mod:`monitored.train.clipping`),
-moving averages (:mod:`monitored.train.moving_averages`) and gradient checking
-(:mod:`monitored.train.gradient_checker`), for NumPy and CuPy arrays alike. Every
+moving averages (:mod:`monitored.train.moving_averages`), gradient checking
+(:mod:`monitored.train.gradient_checker`) and warm starts from another run's
+checkpoint (:mod:`monitored.train.warm_starting`), for NumPy and CuPy arrays alike. Every
 name is also exported from ``monitored`` itself.
 """
 
@@ -44,6 +45,7 @@ from .schedules import (
     piecewise_constant,
     polynomial_decay,
 )
+from .warm_starting import WarmStartError, warm_start
 
 __all__ = [
     "AdadeltaOptimizer",
@@ -62,6 +64,7 @@ __all__ = [
     "ProximalAdagradOptimizer",
     "ProximalGradientDescentOptimizer",
     "RMSPropOptimizer",
+    "WarmStartError",
     "assign_moving_average",
     "clip_by_average_norm",
     "clip_by_global_norm",
@@ -80,4 +83,5 @@ __all__ = [
     "piecewise_constant",
     "polynomial_decay",
     "trainable_variables",
+    "warm_start",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -12,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import monitored
 from monitored import (
     AbortedError,
     MonitoredSession,
@@ -623,3 +625,23 @@ async def test_a_checkpoint_the_state_file_lost_is_not_rewritten_in_place(ckpt_d
     state = await train(ckpt_dir, 4)  # restores step 4, already at its last step
     assert state.global_step == 4
     assert os.stat(data).st_mtime_ns == before
+
+
+async def test_a_traced_step_shows_the_snapshot_and_the_background_write(tmp_path: Path) -> None:
+    profiler = monitored.ProfilerHook(save_steps=2, output_dir=tmp_path / "traces")
+    saver = CheckpointSaverHook(tmp_path / "ckpt", save_steps=2)
+    state = monitored.TrainState({"w": np.zeros(1000, np.float32)})
+    async with monitored.MonitoredSession(
+        state, hooks=[profiler, saver, monitored.StopAtStepHook(last_step=3)]
+    ) as sess:
+        while not sess.should_stop():
+            await sess.run(lambda s: setattr(s, "global_step", s.global_step + 1))
+    trace = json.loads((tmp_path / "traces" / "timeline-2.json").read_text())["traceEvents"]
+    by_name = {event["name"]: event for event in trace}
+    snapshot, write = by_name["checkpoint.snapshot"], by_name["checkpoint.write"]
+    assert (snapshot["tid"], snapshot["args"]["bytes"]) == ("step loop", 4000)
+    assert write["ph"] == "X"
+    assert write["tid"].startswith("checkpoint-writer")
+    assert write["args"]["background"] is True
+    assert write["args"]["path"].endswith("model.ckpt-2")
+    assert ("checkpoint", "write (background)") in profiler.costs

@@ -242,3 +242,10 @@ async def test_loaded_plugin_is_listed(caplog: Any, tmp_path: Any) -> None:
     async with MonitoredSession(TrainState()):
         pass
     assert "summaries" in caplog.text
+
+
+async def test_save_secs_writes_again_once_the_time_is_up(
+    logdir: str, events: Any, scalars: Any
+) -> None:
+    await train([SummarySaverHook(save_secs=1e-9, output_dir=logdir)], 3)
+    assert [s for s, _ in scalars(events(logdir))["loss"]] == [1, 2, 3]

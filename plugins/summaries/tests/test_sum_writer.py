@@ -178,3 +178,13 @@ def test_histogram_values_move_to_host_once_and_are_copied(logdir: str) -> None:
     writer.flush()
     [event] = [e for e in summary_iterator(writer.path) if e.step == 1]
     assert event.summary.value[0].histo.max == 4.0
+
+
+def test_close_after_a_failed_final_flush_raises_and_returns(logdir: str) -> None:
+    writer = FileWriter(logdir)
+    writer.add_summary(Summary(value=[Summary.Value(tag="a", simple_value=1.0)]), 1)
+    shutil.rmtree(logdir)
+    with pytest.raises(SummaryWriteError, match="removed while being written"):
+        writer.close()  # the failure of close's own flush; the thread still ends
+    assert writer.closed
+    assert not writer._thread.is_alive()

@@ -28,6 +28,7 @@ from ._errors import (
 )
 from ._format import FORMAT_VERSION, Manifest, read_manifest
 from ._hook import CheckpointRestoreHook, CheckpointSaverHook, CheckpointSaverListener
+from ._reader import list_variables, read_checkpoint, resolve_checkpoint
 from ._saver import (
     CheckpointsIterator,
     CheckpointState,
@@ -73,7 +74,10 @@ __all__ = [
     "checkpoint_state",
     "checkpoints_iterator",
     "latest_checkpoint",
+    "list_variables",
+    "read_checkpoint",
     "read_manifest",
+    "resolve_checkpoint",
     "restore",
     "restore_latest",
     "wait_for_new_checkpoint",

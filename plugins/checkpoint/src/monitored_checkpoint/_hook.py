@@ -28,14 +28,20 @@ import anyio.to_thread
 
 from monitored import SecondOrStepTimer
 
-from ._format import SnapshotBuffers, take_snapshot
+from ._format import Snapshot, SnapshotBuffers, take_snapshot
 from ._preemption import SignalWatcher
 from ._saver import Saver, restore_latest
 from ._store import open_store
 from ._writer import BackgroundWriter, PendingWrite
 
 if TYPE_CHECKING:
-    from monitored import Coordinator, MonitoredSession, SessionRunContext, SessionRunValues
+    from monitored import (
+        BackgroundSpan,
+        Coordinator,
+        MonitoredSession,
+        SessionRunContext,
+        SessionRunValues,
+    )
 
 __all__ = ["CheckpointRestoreHook", "CheckpointSaverHook", "CheckpointSaverListener"]
 
@@ -83,6 +89,17 @@ class CheckpointRestoreHook:
 
     async def restore_state(self, session: MonitoredSession) -> str | None:
         return await _restore(session, self.checkpoint_dir)
+
+
+def _traced(span: BackgroundSpan, saver: Saver, snapshot: Snapshot, save_path: str) -> str:
+    """``saver.write(snapshot)`` recorded as a background span of a traced step."""
+    try:
+        path = saver.write(snapshot, save_path)
+    except BaseException as exc:
+        span.end(error=f"{type(exc).__name__}: {exc}")
+        raise
+    span.end(path=path, bytes=snapshot.nbytes)
+    return path
 
 
 def _uses_cupy() -> bool:
@@ -302,6 +319,8 @@ class CheckpointSaverHook:
             if hasattr(listener, "before_save"):
                 await _maybe_await(listener.before_save(session, step))
         plugin_states = await session.plugin_states()
+        trace = session.current_trace
+        started = time.perf_counter()
         if _uses_cupy():
             snapshot = take_snapshot(session.state, plugin_states, buffers=self._buffers)
         else:
@@ -309,7 +328,14 @@ class CheckpointSaverHook:
                 lambda: take_snapshot(session.state, plugin_states, buffers=self._buffers)
             )
         saver, save_path = self.saver, self.save_path
-        writer.submit(step, f"{save_path}-{step}", lambda: saver.write(snapshot, save_path))
+        if trace is None:
+            writer.submit(step, f"{save_path}-{step}", lambda: saver.write(snapshot, save_path))
+        else:
+            trace.add("checkpoint", "snapshot", started, bytes=snapshot.nbytes)
+            span = trace.begin("checkpoint", "write", thread=writer.name)
+            writer.submit(
+                step, f"{save_path}-{step}", lambda: _traced(span, saver, snapshot, save_path)
+            )
         self._saved_step = step
         if wait or not self.asynchronous or self._has_stop_listeners(session):
             # A listener may stop training after this save (TF1's after_save): it

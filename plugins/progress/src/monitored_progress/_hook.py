@@ -3,15 +3,18 @@
 On an interactive terminal (or in Jupyter) a ``rich`` progress bar shows the
 step, steps/s, elapsed time, the ETA when the last step is known, the latest
 values of chosen outputs and the latest checkpoint; log records of the session
-print above it through the same console. Elsewhere (CI, log files, ``nohup``)
-it writes a plain line every ``log_every_secs`` seconds, with no control
-characters. Per step it reads the clock and compares; on the few steps where a
-refresh is due it fetches the ``show`` outputs (in the step's batched fetch) and
-redraws. It never creates a coroutine in a step.
+print above it through the same console. In Jupyter the bar is rich's notebook
+display, redrawn in place in an ``ipywidgets`` output widget; a kernel without
+``ipywidgets`` gets the plain lines instead (rich would only warn there).
+Elsewhere (CI, log files, ``nohup``) it writes a plain line every
+``log_every_secs`` seconds, with no control characters. Per step it reads the
+clock and compares; on the few steps where a refresh is due it fetches the
+``show`` outputs (in the step's batched fetch) and redraws. It never creates a coroutine in a step.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import os
@@ -60,6 +63,14 @@ def _interactive() -> bool:
     try:
         return stream is not None and stream.isatty() and os.environ.get("TERM") != "dumb"
     except (AttributeError, ValueError):
+        return False
+
+
+def _notebook_widgets() -> bool:
+    """Whether rich can redraw a live display in a notebook (it needs ``ipywidgets``)."""
+    try:
+        return all(importlib.util.find_spec(m) is not None for m in ("ipywidgets", "IPython"))
+    except (ImportError, ValueError):  # a module set to None, or without a spec
         return False
 
 
@@ -167,6 +178,8 @@ class ProgressHook:
             console = Console(stderr=True)
         if self.mode == "auto" and console is not None:
             mode = "live" if console.is_terminal or console.is_jupyter else "plain"
+        if mode == "live" and console is not None and console.is_jupyter:
+            mode = "live" if _notebook_widgets() else "plain"
         self._console = console
         self._on = True
         self._live = mode == "live"

@@ -6,7 +6,8 @@ writing into ``summary_dir or checkpoint_dir`` on the chief). In a step,
 ``import monitored_summaries as summaries`` and call ``summaries.scalar(...)``,
 ``histogram``, ``image``, ``audio``, ``text``: on steps that are not due these
 return at once. Event files are written by tensorboardX in a background thread,
-and TensorBoard shows a resumed run as one curve (``SessionLog`` events).
+into a local directory or any fsspec URL, and TensorBoard shows a resumed run as
+one curve (``SessionLog`` events).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from ._errors import (
     SummaryWriteError,
 )
 from ._hook import SummarySaverHook
+from ._reader import summary_iterator
 from ._record import audio, histogram, hparams, image, scalar, text
-from ._writer import FileWriter, FileWriterCache, SummaryWriter, summary_iterator
+from ._writer import FileWriter, FileWriterCache, SummaryWriter
 
 try:
     __version__ = version("monitored-summaries")

@@ -53,4 +53,4 @@ class SummaryWriteError(SummaryError):
 
 
 class SummaryReaderError(SummaryError):
-    """Reading event files needs the ``tensorboard`` package, which is not installed."""
+    """An event file cannot be read: not a regular file, or a corrupt record."""

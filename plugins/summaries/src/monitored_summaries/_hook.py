@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
@@ -63,6 +65,8 @@ class SummarySaverHook:
     __slots__ = (
         "_arm_after",
         "_coord",
+        "_due_at",
+        "_every_secs",
         "_every_steps",
         "_final_metrics",
         "_hparams_written",
@@ -128,11 +132,17 @@ class SummarySaverHook:
         self.summary_writer = summary_writer
         self.scalars = _names("scalars", scalars)
         self.histograms = _names("histograms", histograms)
-        self.hparams = dict(hparams) if hparams is not None else None
+        self.hparams = (
+            _record.check_hparams(hparams, "SummarySaverHook: hparams")
+            if hparams is not None
+            else None
+        )
         self.metrics = metrics
         self._timer = SecondOrStepTimer(every_secs=save_secs, every_steps=save_steps)
         self._every_steps = save_steps
+        self._every_secs = save_secs
         self._arm_after = 0
+        self._due_at = -math.inf
         self._last_written: int | None = None
         self._recorder: _record.Recorder | None = None
         self._writer: FileWriter | None = None
@@ -155,6 +165,8 @@ class SummarySaverHook:
             self._writer = FileWriterCache.get(self.output_dir)
         self._timer.reset()
         self._last_written = None
+        self._arm_after = 0
+        self._due_at = -math.inf
 
     def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
         writer = self._require_writer()
@@ -177,8 +189,14 @@ class SummarySaverHook:
         # Sync on purpose: on a step that is not due nothing is made, fetched or awaited.
         recorder = self._recorder
         if recorder is None:
+            # save_steps: nothing until the step before the next due one; save_secs:
+            # a clock read (the timer, a method call, decides only once time is up).
             step = run_context.session.state.global_step
-            if step >= self._arm_after and self._timer.should_trigger_for_step(step + 1):
+            if (
+                step >= self._arm_after
+                and monotonic() >= self._due_at
+                and self._timer.should_trigger_for_step(step + 1)
+            ):
                 self._arm(step + 1)
             return
         self._write_step(run_context.session, recorder, run_values.results)
@@ -245,6 +263,8 @@ class SummarySaverHook:
         self._last_written = step
         if self._every_steps is not None:
             self._arm_after = step + self._every_steps - 1
+        elif self._every_secs is not None:
+            self._due_at = monotonic() + self._every_secs
         if self._timer.should_trigger_for_step(step + 1):
             self._arm(step + 1)
 

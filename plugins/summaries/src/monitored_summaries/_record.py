@@ -238,24 +238,31 @@ def hparams(hparams: Mapping[str, Any], metrics: Mapping[str, float] | Sequence[
     scalar tags to compare runs by (their last values), or maps tags to final
     values, written as scalars at the end.
     """
-    checked: dict[str, Any] = {}
-    for key, value in dict(hparams).items():
-        if not isinstance(key, str) or not key:
-            raise SummaryNameError(
-                f"summaries.hparams: names must be non-empty strings, got {key!r}"
-            )
-        if value is not None and not isinstance(value, str | bool | int | float | np.generic):
-            raise SummaryValueError(
-                f"summaries.hparams: {key!r} must be a str, bool or number, "
-                f"got {type(value).__name__}"
-            )
-        checked[key] = value.item() if isinstance(value, np.generic) else value
+    checked = check_hparams(hparams, "summaries.hparams")
     final: dict[str, float | None] = (
         {str(k): float(v) for k, v in metrics.items()}
         if isinstance(metrics, Mapping)
         else dict.fromkeys(map(str, metrics))
     )
     _pending_hparams.append((checked, final))
+
+
+def check_hparams(hparams: object, where: str) -> dict[str, Any]:
+    """``hparams`` as a dict of names to str/bool/number/None, or an error naming ``where``."""
+    if not isinstance(hparams, Mapping):
+        raise SummaryValueError(
+            f"{where}: expected a mapping of names to values, got {type(hparams).__name__}"
+        )
+    checked: dict[str, Any] = {}
+    for key, value in hparams.items():
+        if not isinstance(key, str) or not key:
+            raise SummaryNameError(f"{where}: names must be non-empty strings, got {key!r}")
+        if value is not None and not isinstance(value, str | bool | int | float | np.generic):
+            raise SummaryValueError(
+                f"{where}: {key!r} must be a str, bool or number, got {type(value).__name__}"
+            )
+        checked[key] = value.item() if isinstance(value, np.generic) else value
+    return checked
 
 
 def take_hparams() -> list[tuple[dict[str, Any], dict[str, float | None]]]:

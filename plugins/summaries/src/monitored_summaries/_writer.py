@@ -5,8 +5,9 @@ the ``brain.Event:2`` header); this module adds what TF1's ``FileWriter`` promis
 and tensorboardX's own queue does not keep: a failure in the writing thread is
 never lost (it is raised from the next call, and handed to error listeners such
 as a session's coordinator), a file or directory removed under the writer is
-noticed at the next flush, and ``flush`` returns only once everything queued
-before it is on disk.
+noticed at the next flush, ``flush`` returns only once everything queued
+before it is on disk, and the log directory may be any fsspec URL (see
+``_logdir``: a remote event file is uploaded whole at each flush).
 
 Encoding (histogram buckets, PNG, WAV) also happens in the writer's thread: the
 step loop only queues host values.
@@ -19,20 +20,23 @@ import contextlib
 import logging
 import os
 import queue
+import shutil
+import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Final, final
+from collections.abc import Callable, Sequence
+from typing import Any, BinaryIO, Final, final
 
 from tensorboardX.event_file_writer import EventsWriter
 from tensorboardX.proto.event_pb2 import Event, SessionLog
 from tensorboardX.proto.summary_pb2 import Summary
 
 from ._encode import encode
-from ._errors import SummaryDirectoryError, SummaryReaderError, SummaryWriteError
+from ._errors import SummaryDirectoryError, SummaryWriteError
+from ._logdir import LogDir, open_logdir
 
-__all__ = ["FileWriter", "FileWriterCache", "SummaryWriter", "summary_iterator"]
+__all__ = ["FileWriter", "FileWriterCache", "SummaryWriter"]
 
 log = logging.getLogger("monitored.summaries")
 
@@ -54,20 +58,6 @@ class _Flush:
 _CLOSE: Final = object()
 
 
-def check_logdir(logdir: str) -> None:
-    """Create ``logdir`` if needed; fail now, naming it, if it cannot hold event files."""
-    if os.path.exists(logdir) and not os.path.isdir(logdir):
-        raise SummaryDirectoryError(f"summary log directory {logdir!r} is a file, not a directory")
-    try:
-        os.makedirs(logdir, exist_ok=True)
-    except OSError as exc:
-        raise SummaryDirectoryError(
-            f"cannot create summary log directory {logdir!r}: {exc.strerror or exc}"
-        ) from exc
-    if not os.access(logdir, os.W_OK | os.X_OK):
-        raise SummaryDirectoryError(f"summary log directory {logdir!r} is not writable")
-
-
 class FileWriter:
     """Writes ``Event`` protos to a new event file in ``logdir``, in a background thread.
 
@@ -76,6 +66,8 @@ class FileWriter:
     ``flush_secs`` seconds and on :meth:`flush` and :meth:`close`. A failure to write
     is raised from the next call (as :class:`SummaryWriteError`, naming the file and
     the cause) and handed to every listener added with :meth:`add_error_listener`.
+    ``logdir`` is a path or any fsspec URL (``file://``, ``memory://``, ``s3://``...);
+    a remote event file is staged locally and uploaded whole at each flush.
     """
 
     def __init__(
@@ -90,19 +82,30 @@ class FileWriter:
         if flush_secs < 0:
             raise ValueError(f"flush_secs must be >= 0, got {flush_secs}")
         self._logdir = os.fspath(logdir)
-        check_logdir(self._logdir)
+        self._dir: LogDir = open_logdir(self._logdir)
+        self._dir.check()
         # The time in nanoseconds and the pid in the suffix: files of runs that start
         # within one second in one directory still sort in the order they were made
         # (TensorBoard reads a directory's files in name order).
         suffix = f".{time.time_ns():020d}.{os.getpid()}.{next(_SEQUENCE)}{filename_suffix}"
+        where = (
+            self._dir.local
+            if self._dir.local is not None
+            else tempfile.mkdtemp(prefix="monitored-summaries-")
+        )
         try:
-            self._events = EventsWriter(os.path.join(self._logdir, "events"), suffix)
+            self._events = EventsWriter(os.path.join(where, "events"), suffix)
         except OSError as exc:
             raise SummaryDirectoryError(
                 f"cannot create an event file in {self._logdir!r}: {exc.strerror or exc}"
             ) from exc
-        #: The event file this writer appends to.
-        self.path: str = self._events._file_name
+        self._name = os.path.basename(self._events._file_name)
+        #: The event file this writer appends to (a URL for a remote directory).
+        self.path: str = self._dir.join(self._name)
+        #: A remote writer's local copy of its event file, uploaded at each flush.
+        self._staged: BinaryIO | None = None
+        if self._dir.local is None:
+            self._stage(where)
         self._flush_secs = flush_secs
         self._queue: queue.Queue[Any] = queue.Queue(max_queue)
         self._error: SummaryWriteError | None = None
@@ -114,6 +117,23 @@ class FileWriter:
         )
         self._thread.start()
         _LIVE.add(self)
+
+    def _stage(self, staging: str) -> None:
+        """Keep a reader of the staged file and remove its name (nothing left behind),
+        then upload the file once, so a remote directory that refuses writes fails now."""
+        staged = self._events._file_name
+        self._staged = open(staged, "rb")  # noqa: SIM115 (closed with the writer)
+        with contextlib.suppress(OSError):  # where open files cannot be removed: at close
+            os.remove(staged)
+            os.rmdir(staging)
+        try:
+            self._flush_file()
+        except Exception as exc:
+            self._close_files()
+            raise SummaryDirectoryError(
+                f"cannot write an event file to summary log directory {self._logdir!r}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
 
     # -- TF1's API ------------------------------------------------------------------------------
     def get_logdir(self) -> str:
@@ -224,9 +244,11 @@ class FileWriter:
                 item = None
             try:
                 if item is _CLOSE:
-                    if self._error is None:
-                        self._flush_file()
-                    self._events.close()
+                    try:
+                        if self._error is None:
+                            self._flush_file()
+                    finally:
+                        self._close_files()
                     return
                 if isinstance(item, _Flush):
                     if self._error is None:
@@ -245,6 +267,8 @@ class FileWriter:
                 self._fail(exc)
                 if isinstance(item, _Flush):
                     item.done.set()
+                if item is _CLOSE:
+                    return
 
     def _write(self, item: Any) -> None:
         if isinstance(item, Event):
@@ -256,8 +280,21 @@ class FileWriter:
 
     def _flush_file(self) -> None:
         self._events.flush()
-        if not os.path.exists(self.path):
+        if self._staged is not None:
+            self._dir.upload(self._staged, self._name)
+        elif not os.path.exists(self.path):
             raise FileNotFoundError(f"the event file was removed while being written: {self.path}")
+
+    def _close_files(self) -> None:
+        """Close the event file, and a remote writer's staged copy (removing it)."""
+        try:
+            self._events.close()
+        finally:
+            staged, self._staged = self._staged, None
+            if staged is not None:
+                staged.close()
+                if os.path.exists(staged.name):
+                    shutil.rmtree(os.path.dirname(staged.name), ignore_errors=True)
 
     def _fail(self, exc: BaseException) -> None:
         if self._error is not None:
@@ -306,7 +343,7 @@ class FileWriterCache:
     @classmethod
     def get(cls, logdir: str | os.PathLike[str]) -> FileWriter:
         """The writer of ``logdir``, made on first use."""
-        key = os.path.abspath(os.fspath(logdir))
+        key = open_logdir(logdir).key
         with cls._lock:
             writer = cls._writers.get(key)
             if writer is None or writer.closed or writer.error is not None:
@@ -333,22 +370,3 @@ def _flush_all_at_exit() -> None:
             writer.flush()
         except Exception:  # pragma: no cover - nothing left to raise to
             log.exception("flushing %r at exit failed", writer)
-
-
-def summary_iterator(path: str | os.PathLike[str]) -> Iterator[Any]:
-    """Yield the ``Event`` protos of an event file in order (TF1's ``summary_iterator``).
-
-    Reads with the ``tensorboard`` package's event-file loader (the reader
-    TensorBoard itself uses); install ``monitored-summaries[read]`` or
-    ``tensorboard``. A file cut short by a crash yields every complete event.
-    """
-    try:
-        from tensorboard.backend.event_processing.event_file_loader import (
-            LegacyEventFileLoader,
-        )
-    except ImportError as exc:
-        raise SummaryReaderError(
-            "reading event files needs the 'tensorboard' package "
-            "(pip install monitored-summaries[read])"
-        ) from exc
-    yield from LegacyEventFileLoader(os.fspath(path)).Load()

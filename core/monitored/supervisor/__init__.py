@@ -1,0 +1,13 @@
+"""``monitored.supervisor``: TF1's ``tf.train.Supervisor`` on the core session.
+
+:class:`Supervisor` gives a managed session (``async with sv.managed_session()``)
+with TF1's standard services: checkpoints every ``save_model_secs`` and recovery
+from the newest one (the ``monitored-checkpoint`` plugin), summaries and
+``global_step/sec`` every ``save_summaries_secs`` (the ``monitored-summaries``
+plugin), queue runners, ``loop`` and ``summary_computed``. See ``docs/supervisor.md``.
+"""
+
+from ._errors import SummaryFunctionError, SupervisorError
+from ._supervisor import Supervisor
+
+__all__ = ["SummaryFunctionError", "Supervisor", "SupervisorError"]

@@ -1,0 +1,220 @@
+"""Warm starts: initialize some arrays of a state from another run's checkpoint.
+
+TF1's ``tf.train.warm_start`` and ``tf.train.init_from_checkpoint``. The usual
+place is a scaffold's or a ``Supervisor``'s ``init_fn``, which runs only when
+the run has no checkpoint of its own (the "pre-trained model" scenario):
+
+    init_fn=lambda state: warm_start(state, "runs/pretrained", "encoder/.*")
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .._core._backend import is_device_array
+from .._core._errors import MissingPluginError, MonitoredError, UnsupportedArgumentError
+from .._core._state import TrainState
+from .optimizers import trainable_variables
+
+__all__ = ["WarmStartError", "warm_start"]
+
+log = logging.getLogger("monitored")
+
+
+class WarmStartError(MonitoredError, ValueError):
+    """A warm start cannot be done as asked: names missing, shapes or dtypes differ.
+
+    The message names the checkpoint and every entry at fault; the state is
+    left exactly as it was.
+    """
+
+
+def warm_start(
+    state: TrainState,
+    ckpt_to_initialize_from: str | os.PathLike[str],
+    vars_to_warm_start: str | Iterable[str] | None = ".*",
+    *,
+    name_map: Mapping[str, str] | None = None,
+    var_name_to_vocab_info: None = None,
+) -> dict[str, str]:
+    """Copy arrays of a checkpoint of another run into ``state``; return what was copied.
+
+    Here, in ``monitored.train``, because TF1 has it in ``tf.train`` (as
+    ``warm_start`` and ``init_from_checkpoint``); it works on a
+    :class:`~monitored.TrainState` instead of graph variables. The checkpoint
+    format belongs to the ``monitored-checkpoint`` plugin, which reads it (a
+    :class:`~monitored.MissingPluginError` names the package when it is not
+    installed), with that plugin's protections against hostile directories.
+
+    Args:
+        state: the state to initialize; only the selected entries change (not its
+            global step nor its RNG).
+        ckpt_to_initialize_from: a checkpoint path (``runs/a/model.ckpt-100``) or
+            a directory (its newest checkpoint).
+        vars_to_warm_start: which entries of ``state`` to initialize: a regular
+            expression matched at the start of each name (TF's rule: ``"dense"``
+            selects ``"dense/kernel"``; ``".*"``, the default, selects all), a list
+            of exact names, or ``None`` for the trainable entries
+            (:func:`~monitored.train.trainable_variables`).
+        name_map: ``{name in the checkpoint: name in the state}`` for entries that
+            were renamed (TF's ``assignment_map`` of ``init_from_checkpoint``);
+            every target must be a selected entry. Unmapped entries keep their name.
+        var_name_to_vocab_info: TF's vocabulary remapping; not supported.
+
+    Returns ``{state entry: checkpoint entry}`` for every entry copied. Raises
+    :class:`WarmStartError` when a selected entry is not in the checkpoint or
+    differs in shape or dtype (listing every problem); nothing in ``state``
+    changes then. Arrays are copied into the state's arrays in place (NumPy or
+    CuPy), so references to them stay valid. The whole checkpoint is read (and
+    verified) once, so memory briefly holds its arrays on the host.
+    """
+    if var_name_to_vocab_info is not None:
+        raise UnsupportedArgumentError(
+            "warm_start(var_name_to_vocab_info=...): vocabulary remapping is not supported; "
+            "read the rows with monitored_checkpoint.read_checkpoint(...) and place them "
+            "yourself in init_fn"
+        )
+    if not isinstance(state, TrainState):
+        raise TypeError(f"warm_start: state must be a monitored.TrainState, got {type(state)}")
+    selected = _select(state, vars_to_warm_start)
+    sources = _sources(state, selected, name_map or {})
+    checkpoint = _checkpoint_module()
+    manifest, arrays = checkpoint.read_checkpoint(ckpt_to_initialize_from)
+    _check(state, sources, arrays, manifest.path)
+    for name, source in sources.items():
+        _assign(state, name, arrays[source])
+    log.info(
+        "Warm-started %d entries of the state from %s (step %d)",
+        len(sources),
+        manifest.path,
+        manifest.step,
+    )
+    return dict(sources)
+
+
+def _select(state: TrainState, wanted: str | Iterable[str] | None) -> list[str]:
+    if wanted is None:
+        names = trainable_variables(state)
+        if not names:
+            raise WarmStartError("warm_start: the state has no trainable entries to warm-start")
+        return names
+    if isinstance(wanted, str):
+        try:
+            pattern = re.compile(wanted)
+        except re.error as exc:
+            raise WarmStartError(
+                f"warm_start: vars_to_warm_start {wanted!r} is not a regular expression: {exc}"
+            ) from None
+        names = [name for name in state if pattern.match(name)]
+        if not names:
+            raise WarmStartError(
+                f"warm_start: vars_to_warm_start {wanted!r} matches no entry of the state "
+                f"(its entries: {sorted(state)})"
+            )
+        return names
+    names = list(wanted)
+    bad = [name for name in names if not isinstance(name, str)]
+    if bad:
+        raise TypeError(f"warm_start: vars_to_warm_start must hold names, got {bad[:3]}")
+    unknown = [name for name in names if name not in state]
+    if unknown:
+        raise WarmStartError(
+            f"warm_start: the state has no entries {unknown} (its entries: {sorted(state)})"
+        )
+    if len(set(names)) != len(names):
+        raise WarmStartError(f"warm_start: vars_to_warm_start names an entry twice: {names}")
+    if not names:
+        raise WarmStartError("warm_start: vars_to_warm_start is empty")
+    return names
+
+
+def _sources(state: TrainState, selected: list[str], name_map: Mapping[str, str]) -> dict[str, str]:
+    """``{state entry: checkpoint entry}`` for the selected entries."""
+    if not isinstance(name_map, Mapping):
+        raise TypeError(f"warm_start: name_map must be a mapping, got {type(name_map).__name__}")
+    renamed: dict[str, str] = {}
+    for old, new in name_map.items():
+        if not isinstance(old, str) or not isinstance(new, str):
+            raise TypeError(f"warm_start: name_map must map names to names, got {old!r}: {new!r}")
+        if new in renamed:
+            raise WarmStartError(
+                f"warm_start: name_map maps both {renamed[new]!r} and {old!r} to {new!r}"
+            )
+        renamed[new] = old
+    unknown = sorted(new for new in renamed if new not in state)
+    if unknown:
+        raise WarmStartError(
+            f"warm_start: name_map targets {unknown}, which the state does not have "
+            f"(its entries: {sorted(state)})"
+        )
+    unused = sorted(set(renamed) - set(selected))
+    if unused:
+        raise WarmStartError(
+            f"warm_start: name_map targets {unused}, which vars_to_warm_start does not select"
+        )
+    return {name: renamed.get(name, name) for name in selected}
+
+
+def _checkpoint_module() -> Any:
+    try:
+        import monitored_checkpoint
+    except ImportError:
+        raise MissingPluginError(
+            "warm_start reads checkpoints with the checkpoint plugin, which is not installed "
+            "(pip install monitored-checkpoint)",
+            plugin="checkpoint",
+            distribution="monitored-checkpoint",
+        ) from None
+    return monitored_checkpoint
+
+
+def _check(
+    state: TrainState,
+    sources: Mapping[str, str],
+    arrays: Mapping[str, np.ndarray[Any, Any]],
+    path: str,
+) -> None:
+    """Raise :class:`WarmStartError` naming every entry that cannot be copied."""
+    problems: list[str] = []
+    missing = sorted(source for source in sources.values() if source not in arrays)
+    if missing:
+        problems.append(f"it has no entries {missing} (it has {sorted(arrays)})")
+    for name, source in sources.items():
+        if source not in arrays:
+            continue
+        target, found = state[name], arrays[source]
+        label = repr(name) if name == source else f"{name!r} (from {source!r})"
+        if tuple(target.shape) != found.shape:
+            problems.append(
+                f"entry {label} has shape {found.shape} in the checkpoint and "
+                f"{tuple(target.shape)} in the state"
+            )
+        if np.dtype(target.dtype) != found.dtype:
+            problems.append(
+                f"entry {label} has dtype {found.dtype} in the checkpoint and "
+                f"{np.dtype(target.dtype)} in the state"
+            )
+    if problems:
+        raise WarmStartError(
+            f"cannot warm-start from checkpoint {path}: " + "; ".join(problems) + "; the "
+            "state is unchanged"
+        )
+
+
+def _assign(state: TrainState, name: str, host: np.ndarray[Any, Any]) -> None:
+    target = state[name]
+    if is_device_array(target):
+        import cupy
+
+        with cupy.cuda.Device(target.device.id):
+            target[...] = cupy.asarray(host)
+    elif isinstance(target, np.ndarray) and target.flags.writeable:
+        np.copyto(target, host)
+    else:
+        state[name] = host

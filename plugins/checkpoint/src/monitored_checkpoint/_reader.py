@@ -1,0 +1,69 @@
+"""Reading a checkpoint's arrays without a state: warm starts and inspection.
+
+TF1's ``tf.train.load_checkpoint`` / ``list_variables`` for this format. A
+warm start (``monitored.train.warm_start``) copies some arrays of another run's
+checkpoint into a new state; it reads them here, through the same hardened
+reader as a restore (bounded reads, regular files only, names kept in their
+directory, sizes and CRC-32 checked before anything is used).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ._errors import CheckpointNotFoundError
+from ._format import MANIFEST_SUFFIX, Manifest, check_step_name, read_arrays, read_manifest
+from ._saver import latest_checkpoint, split_save_path
+
+__all__ = ["list_variables", "read_checkpoint", "resolve_checkpoint"]
+
+
+def resolve_checkpoint(ckpt_dir_or_file: str | os.PathLike[str]) -> str:
+    """The checkpoint path ``ckpt_dir_or_file`` names.
+
+    A checkpoint path (``runs/a/model.ckpt-100``) names itself; a directory
+    names its newest checkpoint (:func:`latest_checkpoint`). Raises
+    :class:`CheckpointNotFoundError` when it is neither.
+    """
+    given = os.fspath(ckpt_dir_or_file)
+    trimmed = given.rstrip("/") or given
+    store, name = split_save_path(trimmed)
+    if name + MANIFEST_SUFFIX in store.list():
+        return store.path(name)
+    found = latest_checkpoint(trimmed)
+    if found is None:
+        raise CheckpointNotFoundError(
+            f"{given} is neither a checkpoint (there is no {name}{MANIFEST_SUFFIX} beside it) "
+            "nor a directory holding one"
+        )
+    return found
+
+
+def read_checkpoint(
+    ckpt_dir_or_file: str | os.PathLike[str],
+) -> tuple[Manifest, dict[str, np.ndarray[Any, Any]]]:
+    """The manifest and every array (as NumPy) of a checkpoint or a directory's newest.
+
+    The whole data file is read and verified (its CRC-32 covers the file, not
+    each array), so memory holds the checkpoint's arrays once. Raises
+    :class:`CheckpointNotFoundError`, :class:`CorruptCheckpointError` (naming the
+    file and what is wrong) or :class:`CheckpointVersionError`.
+    """
+    store, name = split_save_path(resolve_checkpoint(ckpt_dir_or_file))
+    manifest = read_manifest(store, name)
+    check_step_name(manifest)
+    return manifest, read_arrays(store, manifest)
+
+
+def list_variables(ckpt_dir_or_file: str | os.PathLike[str]) -> list[tuple[str, tuple[int, ...]]]:
+    """``(name, shape)`` of every array of a checkpoint, sorted by name (TF1's function).
+
+    Reads only the manifest.
+    """
+    store, name = split_save_path(resolve_checkpoint(ckpt_dir_or_file))
+    manifest = read_manifest(store, name)
+    check_step_name(manifest)
+    return sorted((n, info.shape) for n, info in manifest.arrays.items())

@@ -1,0 +1,68 @@
+"""read_checkpoint, list_variables and resolve_checkpoint: reading arrays without a state."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from monitored import TrainState
+from monitored_checkpoint import (
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    Saver,
+    list_variables,
+    read_checkpoint,
+    resolve_checkpoint,
+)
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    state = TrainState({"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(2)})
+    saver = Saver()
+    for step in (1, 2):
+        state["b"] += 1
+        saver.save(state, tmp_path / "run" / "model.ckpt", global_step=step)
+    return tmp_path / "run"
+
+
+def test_a_directory_names_its_newest_checkpoint_and_a_path_itself(run: Path) -> None:
+    assert resolve_checkpoint(run) == str(run / "model.ckpt-2")
+    assert resolve_checkpoint(f"{run}/") == str(run / "model.ckpt-2")
+    assert resolve_checkpoint(run / "model.ckpt-1") == str(run / "model.ckpt-1")
+
+
+def test_read_checkpoint_gives_the_manifest_and_every_array(run: Path) -> None:
+    manifest, arrays = read_checkpoint(run / "model.ckpt-1")
+    assert manifest.step == 1
+    assert sorted(arrays) == ["a", "b"]
+    np.testing.assert_array_equal(arrays["a"], np.arange(6).reshape(2, 3))
+    np.testing.assert_array_equal(arrays["b"], np.full(2, 2.0))
+
+
+def test_list_variables_reads_names_and_shapes(run: Path) -> None:
+    assert list_variables(run) == [("a", (2, 3)), ("b", (2,))]
+
+
+def test_nothing_there_is_named(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointNotFoundError, match="nowhere"):
+        resolve_checkpoint(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointNotFoundError, match="empty is neither a checkpoint"):
+        read_checkpoint(tmp_path / "empty")
+
+
+def test_damage_and_hostile_files_are_refused(run: Path, tmp_path: Path) -> None:
+    data = run / "model.ckpt-2.safetensors"
+    data.write_bytes(data.read_bytes()[:-4])
+    with pytest.raises(CorruptCheckpointError, match="model.ckpt-2.safetensors"):
+        read_checkpoint(run)
+    manifest = run / "model.ckpt-1.json"
+    manifest.unlink()
+    os.mkfifo(manifest)
+    with pytest.raises(CheckpointNotFoundError, match="model.ckpt-1 is neither"):
+        list_variables(run / "model.ckpt-1")  # a FIFO is not a manifest: never opened
+    assert list_variables(run) == [("a", (2, 3)), ("b", (2,))]  # model.ckpt-2's manifest

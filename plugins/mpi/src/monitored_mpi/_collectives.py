@@ -1,0 +1,178 @@
+"""Collectives for users' own steps: ``allreduce``, ``broadcast``, ``allgather``.
+
+NumPy or CuPy arrays in, the same kind out (CuPy goes through host memory
+here). In a process that runs alone each is what one rank of one would get:
+``allreduce`` returns a copy, ``allgather`` a list of one. Every collective
+waits with the world's deadline and names itself when it times out.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from monitored import is_device_array
+from monitored.metrics import Metric
+
+from ._errors import MPIError
+from ._host import host as host_of
+from ._world import World, world
+
+__all__ = ["allgather", "allreduce", "broadcast", "exchange_bytes", "merge_metrics"]
+
+ReduceOp = Literal["mean", "sum", "min", "max"]
+
+
+def _as_host(array: Any, what: str) -> tuple[np.ndarray[Any, Any], bool]:
+    device = is_device_array(array)
+    host = host_of(array) if device else array
+    if isinstance(host, np.generic):
+        host = np.asarray(host)
+    if not isinstance(host, np.ndarray):
+        raise TypeError(f"{what}: expected a NumPy or CuPy array, got {type(array).__name__}")
+    # (np.ascontiguousarray would turn a 0-d array into a 1-d one.)
+    return (host if host.flags.c_contiguous else host.copy(order="C")), device
+
+
+def _like(host: np.ndarray[Any, Any], device: bool) -> Any:
+    if not device:
+        return host
+    import cupy
+
+    return cupy.asarray(host)
+
+
+def allreduce(
+    array: Any, op: ReduceOp = "mean", *, name: str = "allreduce", world_: World | None = None
+) -> Any:
+    """``op`` of ``array`` over all ranks (``"mean"``, ``"sum"``, ``"min"``, ``"max"``)."""
+    if op not in ("mean", "sum", "min", "max"):
+        raise ValueError(f"allreduce {name!r}: op must be mean, sum, min or max, got {op!r}")
+    host, device = _as_host(array, f"allreduce {name!r}")
+    w = world_ if world_ is not None else world()
+    if w is None:
+        return _like(host.copy(), device)
+    MPI = w.MPI
+    mpi_op = {"mean": MPI.SUM, "sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX}[op]
+    out = np.empty_like(host)
+    w.wait(w.comm.Iallreduce(host, out, op=mpi_op), f"allreduce {name!r} of {host.shape}")
+    if op == "mean":
+        out /= out.dtype.type(w.size) if out.dtype.kind in "fc" else w.size
+    return _like(out, device)
+
+
+def broadcast(
+    array: Any, root: int = 0, *, name: str = "broadcast", world_: World | None = None
+) -> Any:
+    """``array`` as rank ``root`` has it, on every rank (same shape and dtype everywhere)."""
+    host, device = _as_host(array, f"broadcast {name!r}")
+    w = world_ if world_ is not None else world()
+    if w is None:
+        return _like(host.copy(), device)
+    if not 0 <= root < w.size:
+        raise ValueError(f"broadcast {name!r}: root {root} is not a rank (0..{w.size - 1})")
+    out = host.copy()
+    w.wait(w.comm.Ibcast(out, root=root), f"broadcast {name!r} from rank {root}")
+    return _like(out, device)
+
+
+def allgather(array: Any, *, name: str = "allgather", world_: World | None = None) -> list[Any]:
+    """Every rank's ``array``, in rank order (the first axis may differ between ranks)."""
+    host, device = _as_host(array, f"allgather {name!r}")
+    w = world_ if world_ is not None else world()
+    if w is None:
+        return [_like(host.copy(), device)]
+    scalar = host.ndim == 0
+    rows = host.reshape(1) if scalar else host
+    counts = np.empty(w.size, dtype=np.int64)
+    mine = np.array([rows.shape[0]], dtype=np.int64)
+    w.wait(w.comm.Iallgather(mine, counts), f"allgather {name!r} (sizes)")
+    row_shape = rows.shape[1:]
+    per_row = int(np.prod(row_shape, dtype=np.int64))
+    sizes = counts * per_row
+    flat = np.empty(int(sizes.sum()), dtype=rows.dtype)
+    w.wait(
+        w.comm.Iallgatherv(rows.reshape(-1), [flat, sizes]), f"allgather {name!r} of {rows.dtype}"
+    )
+    parts: list[Any] = []
+    start = 0
+    for count in counts.tolist():
+        part = flat[start : start + count * per_row].reshape((count, *row_shape))
+        parts.append(_like(part.reshape(()) if scalar else part, device))
+        start += count * per_row
+    return parts
+
+
+def exchange_bytes(
+    payload: bytes, what: str, world_: World, timeout: float | None = None
+) -> list[bytes]:
+    """Every rank's ``payload``, in rank order, over the session's control channel."""
+    w = world_
+    mine = np.array([len(payload)], dtype=np.int64)
+    lengths = np.empty(w.size, dtype=np.int64)
+    w.wait(w.control.Iallgather(mine, lengths), f"{what} (sizes)", timeout)
+    data = np.empty(int(lengths.sum()), dtype=np.uint8)
+    w.wait(
+        w.control.Iallgatherv(np.frombuffer(payload, dtype=np.uint8), [data, lengths]),
+        what,
+        timeout,
+    )
+    out, start = [], 0
+    for length in lengths.tolist():
+        out.append(data[start : start + length].tobytes())
+        start += length
+    return out
+
+
+def merge_metrics(metrics: Sequence[Metric], *, world_: World | None = None) -> None:
+    """Merge each metric with the same metric of every other rank, in place.
+
+    After the call every rank holds, for each metric, the result over all ranks'
+    batches: the accumulators of all ranks are gathered in one collective and
+    summed in rank order, so every rank computes bitwise the same values.
+    """
+    w = world_ if world_ is not None else world()
+    if w is None or not metrics:
+        return
+    layout: list[tuple[int, str, tuple[int, ...]]] = []
+    pieces: list[np.ndarray[Any, Any]] = []
+    for i, metric in enumerate(metrics):
+        pieces.append(np.array([metric.updates], dtype=np.float64))
+        for key, value in sorted(metric.arrays.items()):
+            host = np.asarray(host_of(value), dtype=np.float64)
+            layout.append((i, key, host.shape))
+            pieces.append(host.reshape(-1))
+    packed = np.concatenate(pieces)
+    what = f"merge_metrics of {[m.name for m in metrics]}"
+    described = repr([(m.kind, m.name, m.config()) for m in metrics] + layout).encode()
+    signature = np.array([packed.size, zlib.crc32(described)], dtype=np.int64)
+    signatures = np.empty((w.size, 2), dtype=np.int64)
+    w.wait(w.comm.Iallgather(signature, signatures), f"{what} (layouts)")
+    differ = [rank for rank in range(w.size) if (signatures[rank] != signatures[0]).any()]
+    if differ:
+        raise MPIError(
+            f"{what}: ranks {differ} hold other metrics (kinds, names, configurations or "
+            "shapes) than rank 0; every rank must merge the same metrics in the same order"
+        )
+    gathered = np.empty((w.size, packed.size), dtype=np.float64)
+    w.wait(w.comm.Iallgather(packed, gathered), what)
+    for metric in metrics:
+        metric.reset()
+    for rank in range(w.size):
+        row, offset = gathered[rank], 0
+        for i, metric in enumerate(metrics):
+            state = metric.state()
+            state["updates"] = int(row[offset])
+            offset += 1
+            arrays = {}
+            for owner, key, shape in layout:
+                if owner != i:
+                    continue
+                size = int(np.prod(shape, dtype=np.int64))
+                arrays[key] = row[offset : offset + size].reshape(shape).copy()
+                offset += size
+            state["arrays"] = arrays
+            metric.merge(type(metric).from_state(state))

@@ -1,0 +1,37 @@
+"""The exception classes of ``monitored-mpi``: one class per kind of failure.
+
+Each message names the rank (and the chief, rank 0, where it is involved) and
+what was being done: the collective, the array, the package to install.
+"""
+
+from __future__ import annotations
+
+from monitored import DeadlineExceededError, MonitoredError
+
+__all__ = [
+    "ChiefTimeoutError",
+    "CollectiveTimeoutError",
+    "MPIError",
+    "MPIUnavailableError",
+    "StateMismatchError",
+]
+
+
+class MPIError(MonitoredError):
+    """Base class of the errors of the MPI plugin."""
+
+
+class MPIUnavailableError(MPIError):
+    """The process was launched by ``mpiexec`` but ``mpi4py`` cannot be imported."""
+
+
+class StateMismatchError(MPIError):
+    """The ranks' states differ in names, shapes or dtypes when the chief's is shared."""
+
+
+class CollectiveTimeoutError(MPIError):
+    """A collective was not joined by every rank in time (called on only some ranks)."""
+
+
+class ChiefTimeoutError(MPIError, DeadlineExceededError):
+    """A worker waited longer than ``max_wait_secs`` for the chief's state."""

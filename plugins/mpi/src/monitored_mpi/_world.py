@@ -1,0 +1,139 @@
+"""The MPI world of this process: found from the launcher, initialized once.
+
+``mpi4py`` is imported (which initializes MPI) only when the process was
+started by an MPI launcher: a plain ``python train.py`` never touches MPI, so
+that a single process behaves exactly as without the plugin. Collectives are
+started non-blocking and waited for here, with a deadline (a collective that
+some ranks never call fails with :class:`CollectiveTimeoutError` instead of
+hanging) and without busy polling once the first moments have passed (ranks
+that share cores leave them to each other).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Final, final
+
+from ._errors import CollectiveTimeoutError, MPIError, MPIUnavailableError
+
+__all__ = ["TIMEOUT_ENV", "World", "launched_by_mpi", "world"]
+
+#: Environment variables that MPI launchers set in the processes they start
+#: (MPICH's Hydra and Intel MPI: PMI_*, Open MPI: OMPI_*, Slurm with PMIx: PMIX_*).
+LAUNCHER_ENV: Final = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_RANK")
+
+#: Seconds a rank waits in one collective before it gives up (default 300).
+TIMEOUT_ENV: Final = "MONITORED_MPI_TIMEOUT"
+DEFAULT_TIMEOUT_SECS: Final = 300.0
+
+#: A wait first polls without pause for this long (a step's small collectives
+#: complete in microseconds), then yields the core between polls (``sched_yield``:
+#: another rank on the same core runs, and a large collective, which only
+#: progresses while polled, keeps its pace) until ``_YIELD_SECS``, then sleeps
+#: between polls, from ``_FIRST_SLEEP`` doubling up to ``_LONGEST_SLEEP`` (a rank
+#: waiting for a slow one, the chief writing a checkpoint, uses no CPU).
+_SPIN_SECS: Final = 0.002
+_YIELD_SECS: Final = 1.0
+_FIRST_SLEEP: Final = 20e-6
+_LONGEST_SLEEP: Final = 0.001
+
+
+def launched_by_mpi() -> bool:
+    """Whether an MPI launcher (``mpiexec``, ``srun --mpi=pmix``) started this process."""
+    return any(name in os.environ for name in LAUNCHER_ENV)
+
+
+def _import_mpi() -> Any:
+    launcher = next(name for name in LAUNCHER_ENV if name in os.environ)
+    try:
+        from mpi4py import MPI
+    except (ImportError, RuntimeError) as exc:
+        raise MPIUnavailableError(
+            f"this process was started by an MPI launcher ({launcher} is set) but mpi4py "
+            f"cannot be imported ({exc}); install it with an MPI library: "
+            "pip install mpi4py mpich (or monitored-mpi[mpich]), or build mpi4py against "
+            "your cluster's MPI"
+        ) from exc
+    return MPI
+
+
+def _timeout_from_env() -> float:
+    raw = os.environ.get(TIMEOUT_ENV)
+    if raw is None or not raw.strip():
+        return DEFAULT_TIMEOUT_SECS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise MPIError(f"{TIMEOUT_ENV}={raw!r}: give a number of seconds > 0")
+    return value
+
+
+@final
+class World:
+    """The ranks of ``MPI.COMM_WORLD`` (or of ``comm``) and how to wait for them.
+
+    ``comm`` carries the users' and the optimizer's collectives; ``control``, a
+    duplicate, carries the session's own (state sharing, stop decisions), so that
+    the two never match each other's messages.
+    """
+
+    __slots__ = ("MPI", "comm", "control", "rank", "size", "timeout")
+
+    def __init__(self, comm: Any, mpi: Any, timeout: float | None = None) -> None:
+        self.MPI = mpi
+        self.comm = comm
+        self.control = comm.Dup()
+        self.rank: int = comm.Get_rank()
+        self.size: int = comm.Get_size()
+        self.timeout = _timeout_from_env() if timeout is None else timeout
+
+    def wait(self, request: Any, what: str, timeout: float | None = None) -> None:
+        """Wait for ``request`` (a non-blocking collective), at most ``timeout`` seconds."""
+        if request.Test():
+            return
+        limit = self.timeout if timeout is None else timeout
+        start = time.monotonic()
+        sleep = _FIRST_SLEEP
+        while not request.Test():
+            waited = time.monotonic() - start
+            if waited < _SPIN_SECS:
+                continue
+            if waited < _YIELD_SECS:
+                os.sched_yield()
+                continue
+            if waited > limit:
+                raise CollectiveTimeoutError(
+                    f"{what}: rank {self.rank} of {self.size} waited {limit:g}s and not every "
+                    "rank joined; a collective called on only some ranks (a step or hook that "
+                    f"runs it on some ranks only), or a rank stuck elsewhere ({TIMEOUT_ENV} "
+                    "sets the limit)"
+                )
+            time.sleep(sleep)
+            sleep = min(sleep * 2, _LONGEST_SLEEP)
+
+    def abort(self, code: int = 1) -> None:
+        """End every rank of the job now (MPI_Abort): the launcher kills them all."""
+        self.comm.Abort(code)
+
+
+_world: World | None = None
+_probed = False
+
+
+def world() -> World | None:
+    """This process's MPI world, or ``None`` when it runs alone.
+
+    Alone means not started by an MPI launcher (MPI is then not initialized at
+    all), or started as a single rank.
+    """
+    global _world, _probed
+    if not _probed:
+        if launched_by_mpi():
+            mpi = _import_mpi()
+            if mpi.COMM_WORLD.Get_size() > 1:
+                _world = World(mpi.COMM_WORLD, mpi)
+        _probed = True
+    return _world

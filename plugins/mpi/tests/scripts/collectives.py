@@ -1,0 +1,45 @@
+"""The collectives and DistributedOptimizer on every rank; results to OUT_DIR/rank<N>.json."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import monitored
+import monitored_mpi
+from monitored.metrics import Mean
+
+OUT = Path(sys.argv[1])
+RANK, SIZE = monitored_mpi.rank(), monitored_mpi.size()
+
+mean = Mean(name="m")
+mean.update(np.arange(RANK + 1, dtype=np.float64))
+monitored_mpi.merge_metrics([mean])
+
+state = monitored.TrainState({"w": np.zeros(3, np.float32), "e": np.zeros((4, 2))}, seed=0)
+opt = monitored_mpi.DistributedOptimizer(monitored.train.GradientDescentOptimizer(1.0))
+grads = {
+    "w": np.full(3, RANK + 1, np.float32),
+    "e": monitored.IndexedSlices(np.full((1, 2), float(RANK)), [RANK % 4], (4, 2)),
+}
+opt.apply_gradients(state, grads)
+fp16 = monitored_mpi.DistributedOptimizer(
+    monitored.train.GradientDescentOptimizer(1.0), compression="fp16"
+).reduce_gradients([(np.full(2, 0.5 * (RANK + 1)), "x")])
+
+result = {
+    "allreduce_mean": monitored_mpi.allreduce(np.array([RANK, 1.0])).tolist(),
+    "allreduce_max": monitored_mpi.allreduce(np.array([RANK]), "max").tolist(),
+    "broadcast": monitored_mpi.broadcast(np.array([RANK * 10.0]), root=SIZE - 1).tolist(),
+    "allgather": [a.tolist() for a in monitored_mpi.allgather(np.arange(RANK + 1))],
+    "allgather_scalar": [a.tolist() for a in monitored_mpi.allgather(np.float64(RANK))],
+    "mean": mean.result(),
+    "w": state["w"].tolist(),
+    "e": state["e"].tolist(),
+    "fp16": [fp16[0][0].tolist(), fp16[0][0].dtype.str],
+    "spec": monitored_mpi.world() is not None,
+}
+(OUT / f"rank{RANK}.json").write_text(json.dumps(result))

@@ -1,0 +1,115 @@
+"""A small data-parallel training run, launched by the tests under ``mpiexec``.
+
+``python train.py SCENARIO STEPS OUT_DIR``: each rank trains a linear model
+on its own shard of a fixed data set with ``DistributedOptimizer`` and writes
+what the test checks (final step, arrays, RNG draws) to ``OUT_DIR/rank<N>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import anyio
+import numpy as np
+
+import monitored
+import monitored_mpi
+
+SCENARIO, STEPS, OUT = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+RANK, SIZE = monitored_mpi.rank(), monitored_mpi.size()
+
+
+class StopOnRank1At7:
+    def after_run(self, run_context, run_values):
+        if RANK == 1 and run_context.session.state.global_step == 7:
+            run_context.request_stop()
+
+
+class FailOnRank:
+    def after_run(self, run_context, run_values):
+        if RANK == SIZE - 1 and run_context.session.state.global_step == 3:
+            raise ValueError("boom on the last rank")
+
+
+class SigtermOnRank1At5:
+    def after_run(self, run_context, run_values):
+        if RANK == 1 and run_context.session.state.global_step == 5:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+class CollectiveOnRank0:
+    def after_run(self, run_context, run_values):
+        if RANK == 0 and run_context.session.state.global_step == 2:
+            monitored_mpi.allreduce(np.ones(3), name="only-on-rank-0")
+
+
+opt = monitored_mpi.DistributedOptimizer(monitored.train.MomentumOptimizer(0.05, 0.9))
+
+
+def make_state() -> monitored.TrainState:
+    width = 4 + (RANK if SCENARIO == "mismatch" else 0)
+    state = monitored.TrainState({"w": np.zeros(width), "b": np.zeros(())}, seed=RANK + 100)
+    opt.create_slots(state)
+    return state
+
+
+def init(state: monitored.TrainState) -> None:
+    state["w"][:] = state.rng.normal(size=state["w"].shape)
+
+
+rng = np.random.default_rng(0)
+X = rng.normal(size=(64, 4))
+Y = X @ np.array([1.0, -2.0, 0.5, 3.0]) + 0.25
+shard = slice(RANK, None, SIZE)
+
+
+def step(state: monitored.TrainState) -> dict:
+    if SCENARIO == "nan" and RANK == 1 and state.global_step == 4:
+        raise FloatingPointError("NaN loss on rank 1")
+    noise = state.rng.normal(size=(16,))  # per-rank stream, checkpointed through the chief
+    x, y = X[shard][:16], Y[shard][:16] + 1e-3 * noise
+    err = x @ state["w"] + state["b"] - y
+    grads = {"w": 2 * x.T @ err / len(y), "b": np.asarray(2 * err.mean())}
+    opt.apply_gradients(state, grads)
+    return {"loss": float((err**2).mean())}
+
+
+async def main() -> None:
+    hooks: list[object] = [monitored.StopAtStepHook(last_step=STEPS)]
+    hooks += {
+        "stop7": [StopOnRank1At7()],
+        "fail": [FailOnRank()],
+        "sigterm": [SigtermOnRank1At5()],
+        "partial": [CollectiveOnRank0()],
+    }.get(SCENARIO, [])
+    checkpoint_dir = os.environ.get("CKPT_DIR")
+    draws = []
+    async with monitored.MonitoredTrainingSession(
+        make_state(),
+        hooks=hooks,
+        scaffold=monitored.Scaffold(init_fn=init),
+        checkpoint_dir=checkpoint_dir,
+        save_checkpoint_steps=int(os.environ.get("SAVE_STEPS", "1000")) if checkpoint_dir else None,
+        save_summaries_steps=None,
+        log_step_count_steps=None,
+    ) as sess:
+        while not sess.should_stop():
+            await sess.run(step)
+        draws = sess.state.rng.normal(size=2).tolist()
+        result = {
+            "rank": RANK,
+            "chief": sess.is_chief,
+            "step": sess.state.global_step,
+            "w": sess.state["w"].tolist(),
+            "b": float(sess.state["b"]),
+            "draws": draws,
+            "plugins": [info.name for info in sess.plugins],
+        }
+    (OUT / f"rank{RANK}.json").write_text(json.dumps(result))
+
+
+anyio.run(main)

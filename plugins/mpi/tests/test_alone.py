@@ -1,0 +1,136 @@
+"""Without ``mpiexec``: the plugin leaves the session as it is, and its errors."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+import monitored
+import monitored_mpi
+from monitored_mpi import _world
+
+
+@pytest.fixture
+def unprobed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forget what this process found out about MPI, and clear launcher variables."""
+    monkeypatch.setattr(_world, "_probed", False)
+    monkeypatch.setattr(_world, "_world", None)
+    for name in _world.LAUNCHER_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+async def test_a_single_process_trains_as_without_the_plugin(unprobed: None) -> None:
+    state = monitored.TrainState({"w": np.zeros(2)})
+
+    def step(state: monitored.TrainState) -> None:
+        state["w"] += 1
+        state.global_step += 1
+
+    async with monitored.MonitoredSession(
+        state, hooks=[monitored.StopAtStepHook(last_step=3)]
+    ) as sess:
+        assert sess.is_chief
+        assert "mpi" in [info.name for info in sess.plugins]
+        while not sess.should_stop():
+            await sess.run(step)
+    assert state.global_step == 3
+    assert monitored_mpi.world() is None
+    assert (monitored_mpi.rank(), monitored_mpi.size()) == (0, 1)
+
+
+def test_mpi4py_missing_under_a_launcher_names_the_package(
+    unprobed: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PMI_RANK", "0")
+    monkeypatch.setitem(sys.modules, "mpi4py", None)
+    with pytest.raises(
+        monitored_mpi.MPIUnavailableError, match=r"PMI_RANK is set.*pip install mpi4py mpich"
+    ):
+        monitored_mpi.world()
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-3"])
+def test_a_bad_timeout_names_the_variable(
+    unprobed: None, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv(monitored_mpi.TIMEOUT_ENV, value)
+    with pytest.raises(monitored_mpi.MPIError, match="MONITORED_MPI_TIMEOUT"):
+        _world._timeout_from_env()
+
+
+def test_the_helpers_alone_are_what_one_rank_of_one_gets(unprobed: None) -> None:
+    x = np.array([1.0, 2.0])
+    for out in (monitored_mpi.allreduce(x), monitored_mpi.broadcast(x)):
+        assert out is not x
+        np.testing.assert_array_equal(out, x)
+    [gathered] = monitored_mpi.allgather(x)
+    np.testing.assert_array_equal(gathered, x)
+    with pytest.raises(ValueError, match="op must be mean, sum, min or max"):
+        monitored_mpi.allreduce(x, "median")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="allreduce 'g': expected a NumPy or CuPy array, got list"):
+        monitored_mpi.allreduce([1.0], name="g")
+
+
+def test_the_distributed_optimizer_alone_passes_gradients_through(unprobed: None) -> None:
+    inner = monitored.train.GradientDescentOptimizer(0.5)
+    opt = monitored_mpi.DistributedOptimizer(inner)
+    grads = {"w": np.ones(2)}
+    assert opt.reduce_gradients(grads) is grads
+    state = monitored.TrainState({"w": np.zeros(2)})
+    opt.apply_gradients(state, grads)
+    np.testing.assert_array_equal(state["w"], [-0.5, -0.5])
+    assert state.global_step == 1
+    assert opt.optimizer is inner
+    assert opt.get_name() == inner.get_name()
+
+
+def test_the_distributed_optimizer_refuses_what_it_cannot_wrap() -> None:
+    with pytest.raises(TypeError, match="wraps a monitored.train optimizer, got str"):
+        monitored_mpi.DistributedOptimizer("sgd")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="compression must be None or 'fp16'"):
+        monitored_mpi.DistributedOptimizer(
+            monitored.train.GradientDescentOptimizer(0.1),
+            compression="int8",  # type: ignore[arg-type]
+        )
+
+
+class _NeverDone:
+    def Test(self) -> bool:
+        return False
+
+
+def test_a_collective_that_never_completes_times_out_naming_it() -> None:
+    world: Any = object.__new__(_world.World)
+    world.rank, world.size, world.timeout = 1, 3, 0.05
+    with pytest.raises(
+        monitored_mpi.CollectiveTimeoutError, match="allreduce 'g': rank 1 of 3 waited 0.05s"
+    ):
+        world.wait(_NeverDone(), "allreduce 'g'")
+
+
+def test_per_rank_streams_jump_from_the_chiefs() -> None:
+    base = np.random.default_rng(7)
+    assert monitored_mpi.jump_rng(base, 0) is base
+    one = monitored_mpi.jump_rng(np.random.default_rng(7), 1)
+    assert one.normal() != np.random.default_rng(7).normal()
+    again = monitored_mpi.jump_rng(np.random.default_rng(7), 1)
+    assert again.normal() == monitored_mpi.jump_rng(np.random.default_rng(7), 1).normal()
+    with pytest.raises(monitored_mpi.MPIError, match="SFC64, which cannot jump"):
+        monitored_mpi.jump_rng(np.random.Generator(np.random.SFC64(1)), 2)
+
+
+def test_state_problems_name_each_array() -> None:
+    from monitored_mpi._share import _problems
+
+    chief = {"w": [[3], "float32", True], "b": [[], "float32", True]}
+    mine = {"w": [[4], "float64", False], "c": [[], "float32", True]}
+    assert _problems(chief, mine) == [
+        "array 'b' is missing here",
+        "array 'c' is not on the chief",
+        "array 'w' has shape (4,) here, (3,) on the chief",
+        "array 'w' has dtype float64 here, float32 on the chief",
+        "array 'w' is not trainable here, trainable on the chief",
+    ]

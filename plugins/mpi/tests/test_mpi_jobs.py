@@ -1,0 +1,140 @@
+"""Whole jobs under ``mpiexec -n 2`` and ``-n 3``: launch, stop, failure, resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def _ok(proc: Any) -> None:
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_every_rank_trains_the_same_model_from_the_chiefs_state(run_mpi: Any, n: int) -> None:
+    proc, results = run_mpi(n, "train.py", "plain", "10")
+    _ok(proc)
+    assert sorted(results) == list(range(n))
+    assert [r["chief"] for r in results.values()] == [True] + [False] * (n - 1)
+    assert {r["step"] for r in results.values()} == {10}
+    assert all(r["w"] == results[0]["w"] and r["b"] == results[0]["b"] for r in results.values())
+    draws = [tuple(r["draws"]) for r in results.values()]
+    assert len(set(draws)) == n, "each rank must draw its own random numbers"
+
+
+def test_chief_only_plugins_load_on_rank_0_only(run_mpi: Any) -> None:
+    proc, results = run_mpi(2, "train.py", "plain", "2")
+    _ok(proc)
+    for chief_only in ("checkpoint", "summaries", "progress"):
+        assert chief_only in results[0]["plugins"]
+        assert chief_only not in results[1]["plugins"]
+    assert "mpi" in results[1]["plugins"]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_stop_requested_on_rank_1_only_ends_every_rank_at_that_step(run_mpi: Any, n: int) -> None:
+    proc, results = run_mpi(n, "train.py", "stop7", "20")
+    _ok(proc)
+    assert [r["step"] for r in results.values()] == [7] * n
+
+
+@pytest.mark.parametrize(
+    ("scenario", "rank", "message"),
+    [
+        ("fail", 2, "ValueError: boom on the last rank"),
+        ("nan", 1, "FloatingPointError: NaN loss on rank 1"),
+    ],
+)
+def test_an_exception_on_one_rank_ends_every_rank_naming_the_rank(
+    run_mpi: Any, scenario: str, rank: int, message: str
+) -> None:
+    proc, results = run_mpi(3, "train.py", scenario, "50")
+    assert proc.returncode != 0
+    assert results == {}, "no rank may finish normally"
+    assert f"rank {rank} of 3 failed at step" in proc.stderr
+    assert message in proc.stderr
+
+
+def test_a_collective_on_only_some_ranks_times_out_naming_the_collective(run_mpi: Any) -> None:
+    proc, results = run_mpi(3, "train.py", "partial", "10", env={"MONITORED_MPI_TIMEOUT": "2"})
+    assert proc.returncode != 0
+    assert results == {}
+    # The first rank to time out ends the job: the one in the stray collective, or one
+    # waiting for it in the step's stop decision; either names what it waited in.
+    assert "CollectiveTimeoutError: " in proc.stderr
+    assert "of 3 waited 2s and not every rank joined" in proc.stderr
+    assert (
+        "allreduce 'only-on-rank-0'" in proc.stderr
+        or "the stop decision after step 2" in proc.stderr
+    )
+
+
+def test_ranks_with_different_arrays_are_refused_naming_the_array_and_ranks(
+    run_mpi: Any,
+) -> None:
+    proc, results = run_mpi(3, "train.py", "mismatch", "10")
+    assert proc.returncode != 0
+    assert results == {}
+    assert "StateMismatchError" in proc.stderr
+    assert "rank 1: array 'w' has shape (5,) here, (4,) on the chief" in proc.stderr
+    assert "rank 2: array 'w' has shape (6,) here, (4,) on the chief" in proc.stderr
+
+
+def test_sigterm_on_rank_1_gives_one_checkpoint_at_one_step_and_a_clean_exit(
+    run_mpi: Any, tmp_path: Path
+) -> None:
+    ckpt = tmp_path / "ckpt"
+    proc, results = run_mpi(2, "train.py", "sigterm", "50", env={"CKPT_DIR": str(ckpt)})
+    _ok(proc)
+    steps = {r["step"] for r in results.values()}
+    assert len(steps) == 1
+    (step,) = steps
+    assert 5 <= step < 50
+    assert "rank 1 received SIGTERM" in proc.stderr
+    saved = sorted(p.name for p in ckpt.glob("model.ckpt-*.json"))
+    assert saved == ["model.ckpt-0.json", f"model.ckpt-{step}.json"]
+    assert f"saving a checkpoint of step {step} and stopping" in proc.stderr
+
+
+def test_a_resumed_distributed_run_ends_bitwise_identical_to_an_uninterrupted_one(
+    run_mpi: Any, tmp_path: Path
+) -> None:
+    whole, whole_results = run_mpi(
+        2, "train.py", "plain", "12", env={"CKPT_DIR": str(tmp_path / "a"), "SAVE_STEPS": "6"}
+    )
+    _ok(whole)
+    env = {"CKPT_DIR": str(tmp_path / "b"), "SAVE_STEPS": "6"}
+    first, _ = run_mpi(2, "train.py", "plain", "6", env=env)
+    _ok(first)
+    second, resumed = run_mpi(2, "train.py", "plain", "12", env=env)
+    _ok(second)
+    assert resumed == whole_results
+
+
+def test_collectives_and_the_distributed_optimizer_average_over_ranks(run_mpi: Any) -> None:
+    proc, results = run_mpi(3, "collectives.py")
+    _ok(proc)
+    for rank, r in results.items():
+        assert r["allreduce_mean"] == [1.0, 1.0]
+        assert r["allreduce_max"] == [2]
+        assert r["broadcast"] == [20.0]
+        assert r["allgather"] == [[0], [0, 1], [0, 1, 2]]
+        assert r["allgather_scalar"] == [0.0, 1.0, 2.0]
+        # Mean over the values 0 | 0 1 | 0 1 2 of the three ranks.
+        assert r["mean"] == pytest.approx(4 / 6)
+        assert r["w"] == [-2.0, -2.0, -2.0], rank  # the mean of 1, 2, 3, descended once
+        # Rows 0, 1, 2 got 0/3, 1/3, 2/3 (each rank's row gathered, divided by 3).
+        assert r["e"] == [[0.0, 0.0], [-1 / 3, -1 / 3], [-2 / 3, -2 / 3], [0.0, 0.0]]
+        assert r["fp16"] == [[1.0, 1.0], "<f8"]
+    assert all(r == results[0] for r in results.values())
+
+
+def test_the_distributed_example_learns_on_two_ranks(run_mpi: Any) -> None:
+    example = Path(__file__).parents[3] / "examples" / "distributed.py"
+    proc, _ = run_mpi(2, example, "--steps", "150", pass_out=False)
+    _ok(proc)
+    line = proc.stdout.strip().splitlines()[-1]
+    assert line.startswith("2 rank(s), step 150: held-out accuracy")
+    assert float(line.split("accuracy ")[1].split()[0]) > 0.85

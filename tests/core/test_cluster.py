@@ -1,0 +1,138 @@
+"""The cluster seam: ClusterSpec, a supplied cluster's roles and stop decision."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import monitored
+from monitored import ClusterSpec
+
+
+def test_cluster_spec_describes_jobs_of_tasks() -> None:
+    spec = ClusterSpec({"worker": ["w0:1", "w1:1"], "ps": {0: "p0:1", 2: "p2:1"}})
+    assert spec.jobs == ["ps", "worker"]
+    assert spec.num_tasks("worker") == 2
+    assert spec.task_indices("ps") == [0, 2]
+    assert spec.job_tasks("ps") == ["p0:1", None, "p2:1"]
+    assert spec.task_address("worker", 1) == "w1:1"
+    assert spec.as_dict() == {"worker": ["w0:1", "w1:1"], "ps": {0: "p0:1", 2: "p2:1"}}
+    assert ClusterSpec(spec) == spec
+    assert hash(ClusterSpec(spec)) == hash(spec)
+    assert list(spec) == ["ps", "worker"]
+    assert not ClusterSpec({})
+
+
+@pytest.mark.parametrize(
+    ("cluster", "error", "message"),
+    [
+        ("worker", TypeError, "mapping of job names"),
+        ({"": ["a"]}, ValueError, "job names must be non-empty"),
+        ({"w": "a:1"}, TypeError, "tasks of job 'w' must be a list"),
+        ({"w": {-1: "a"}}, ValueError, "task index -1"),
+        ({"w": [1]}, TypeError, "task 0 of job 'w' has address 1"),
+    ],
+)
+def test_cluster_spec_refuses_malformed_input(cluster: Any, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        ClusterSpec(cluster)
+
+
+def test_cluster_spec_names_a_missing_job_or_task() -> None:
+    spec = ClusterSpec({"worker": ["a"]})
+    with pytest.raises(ValueError, match=r"no such job 'ps' \(jobs: \['worker'\]\)"):
+        spec.num_tasks("ps")
+    with pytest.raises(ValueError, match="job 'worker' has no task 3"):
+        spec.task_address("worker", 3)
+
+
+class _Voting:
+    """A cluster of two where the other process asks to stop after step 4."""
+
+    def __init__(self, is_chief: bool) -> None:
+        self._is_chief = is_chief
+        self.shared = 0
+        self.failed: list[BaseException] = []
+        self.session: Any = None
+
+    @property
+    def is_chief(self) -> bool:
+        return self._is_chief
+
+    def agree_to_stop(self, local: bool) -> bool:
+        return local or self.session.state.global_step >= 4
+
+    async def share_state(self, session: Any, max_wait_secs: float) -> None:
+        self.session = session
+        self.shared += 1
+        session.state.initialized = True
+
+    def fail(self, failure: BaseException) -> None:
+        self.failed.append(failure)
+
+
+def _step(state: monitored.TrainState) -> None:
+    state.global_step += 1
+
+
+async def test_the_clusters_decision_stops_the_loop_and_it_shares_the_state() -> None:
+    cluster = _Voting(is_chief=False)
+    async with monitored.MonitoredSession(monitored.TrainState(), cluster=cluster) as sess:
+        assert not sess.is_chief
+        while not sess.should_stop():
+            await sess.run(_step)
+    assert sess.state.global_step == 4
+    assert cluster.shared == 1
+    assert cluster.failed == []
+
+
+async def test_a_failure_is_handed_to_the_cluster() -> None:
+    cluster = _Voting(is_chief=True)
+    with pytest.raises(ZeroDivisionError):
+        async with monitored.MonitoredSession(monitored.TrainState(), cluster=cluster) as sess:
+            await sess.run(lambda state: 1 / 0)
+    assert [type(f) for f in cluster.failed] == [ZeroDivisionError]
+
+
+async def test_an_end_of_input_meets_the_others_stop_decision() -> None:
+    votes: list[bool] = []
+    cluster = _Voting(is_chief=True)
+    cluster.agree_to_stop = lambda local: votes.append(local) or True  # type: ignore[method-assign]
+    async with monitored.MonitoredSession(monitored.TrainState(), cluster=cluster) as sess:
+        raise monitored.OutOfRangeError("done")
+    assert votes == [True]
+    assert sess.state.global_step == 0
+
+
+async def test_a_worker_leaves_out_chief_only_hooks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Seen:
+        def __init__(self) -> None:
+            self.begun = False
+
+        def begin(self) -> None:
+            self.begun = True
+
+    chief_only, everywhere = Seen(), Seen()
+    cluster = _Voting(is_chief=False)
+
+    async def supply(self: Any, available: Any) -> None:
+        self._cluster = cluster
+
+    monkeypatch.setattr(monitored.MonitoredSession, "_find_cluster", supply)
+    async with monitored.MonitoredTrainingSession(
+        monitored.TrainState({"w": np.zeros(1)}),
+        chief_only_hooks=[chief_only],
+        hooks=[everywhere],
+        disable_plugins=["checkpoint", "summaries", "progress"],
+    ) as sess:
+        assert not sess.is_chief
+        assert sess.training_config is not None
+        assert not sess.training_config.is_chief
+        names = [info.name for info in sess.plugins]
+    assert everywhere.begun
+    assert not chief_only.begun
+    assert not any("StepCounterHook" in name for name in names)
