@@ -1,7 +1,8 @@
-"""Streaming-metric updates: monitored.metrics vs the same sums written inline in NumPy.
+"""Evaluation benchmarks: metric updates, and train_and_evaluate against a hand-written loop.
 
-For each metric this times ``metric.update(...)`` (input checks, weights, the
-accumulation into float64 arrays) against the shortest inline NumPy code that
+``--what metrics`` (the default): for each metric this times
+``metric.update(...)`` (input checks, weights, the accumulation into float64
+arrays) against the shortest inline NumPy code that
 accumulates the same sums, written below and run in the same process on the
 same batches. Both are timed alternately after a warm-up, over ``--updates``
 updates per repeat; the medians are compared. The ratio is monitored's time
@@ -12,21 +13,44 @@ that monitored uses; TF's own tiled comparison is O(n * thresholds) and far slow
 
     python benchmarks/evaluation.py [--batch 4096] [--updates 200] [--repeats 7]
 
+``--what train-and-evaluate``: the demo's model (examples/demo.py: a 64-64-10
+MLP on scikit-learn's digits, momentum, clipping) trained for ``--steps``
+steps with the held-out set evaluated every ``--eval-every`` steps and at the
+end (accuracy, mean per-class accuracy, loss), by ``monitored.train_and_evaluate``
+(no model directory: the state in memory is evaluated; installed plugins off)
+and by a hand-written loop calling the same step functions, on the same batches
+and the same evaluation steps (both must give the same final metrics). Runs
+alternate; medians of wall time and of process CPU time are compared (CPU time
+is less disturbed by other jobs on a shared machine); the target is at most 1.05.
+
+    python benchmarks/evaluation.py --what train-and-evaluate [--steps 1000] [--eval-every 100]
+
+``--what evaluate-once``: the fixed cost of one evaluation: ``evaluate_once``
+over the demo's held-out set (a ``MonitoredSession`` of its own) against the
+same eval steps and metric results written inline; CPU time per evaluation,
+median of ``--repeats`` runs of 20.
+
 Prints a markdown table and the command that produced it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+import anyio
 import numpy as np
 
+import monitored
 from monitored import metrics as m
 
 
@@ -137,12 +161,167 @@ def _time_case(
     )
 
 
+def _load_demo() -> ModuleType:
+    path = Path(__file__).parent.parent / "examples" / "demo.py"
+    spec = importlib.util.spec_from_file_location("demo", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["demo"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _train_and_evaluate_row(args: argparse.Namespace) -> None:
+    """``train_and_evaluate`` vs a hand-written loop on the demo model, alternating."""
+    os.environ["MONITORED_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    demo = _load_demo()
+    x_train, x_test, y_train, y_test = demo.load_data(0)
+    order = np.random.default_rng(0).integers(0, len(y_train), (args.steps, 32))
+    batches = [(x_train[i], y_train[i]) for i in order]
+    held_out = [(x_test[i : i + 128], y_test[i : i + 128]) for i in range(0, len(y_test), 128)]
+
+    def fresh_state() -> monitored.TrainState:
+        state = monitored.TrainState(seed=0)
+        demo.init_params(state)
+        state.initialized = True
+        return state
+
+    async def with_monitored() -> dict[str, float]:
+        result = await monitored.train_and_evaluate(
+            monitored.TrainSpec(demo.train_step, input_fn=lambda: batches),
+            monitored.EvalSpec(demo.eval_step, demo.eval_metrics(), input_fn=lambda: held_out),
+            state=fresh_state(),
+            min_eval_frequency=args.eval_every,
+            log_step_count_steps=None,
+        )
+        return result.metrics
+
+    def by_hand() -> dict[str, float]:
+        state = fresh_state()
+        metrics = demo.eval_metrics()
+
+        def evaluate() -> dict[str, float]:
+            for metric in metrics.values():
+                metric.reset()
+            for batch in held_out:
+                demo.eval_step(state, batch, metrics)
+            return {key: metric.result() for key, metric in metrics.items()}
+
+        last = None
+        results: dict[str, float] = {}
+        for batch in batches:
+            demo.train_step(state, batch)
+            step = state.global_step
+            if last is None or step - last >= args.eval_every:  # the hook's schedule
+                results, last = evaluate(), step
+        if last != state.global_step:
+            results = evaluate()
+        return results
+
+    def timed(fn: Callable[[], dict[str, float]]) -> tuple[float, float, dict[str, float]]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        out = fn()
+        return time.perf_counter() - wall, time.process_time() - cpu, out
+
+    run_monitored = lambda: anyio.run(with_monitored)  # noqa: E731
+    *_, expected = timed(by_hand)  # warm-up, both
+    *_, got = timed(run_monitored)
+    if got != expected:
+        raise SystemExit(f"the two loops disagree: {got} != {expected}")
+    times: dict[str, list[tuple[float, float]]] = {"monitored": [], "by hand": []}
+    for repeat in range(args.repeats):
+        pair = [("monitored", run_monitored), ("by hand", by_hand)]
+        for name, fn in pair if repeat % 2 == 0 else pair[::-1]:
+            wall, cpu, _ = timed(fn)
+            times[name].append((wall, cpu))
+    evaluations = -(-args.steps // args.eval_every) + 1
+    print(
+        f"python benchmarks/evaluation.py --what train-and-evaluate --steps {args.steps} "
+        f"--eval-every {args.eval_every} --repeats {args.repeats}\n"
+    )
+    print(
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}, NumPy {np.__version__}; load average "
+        f"{os.getloadavg()[0]:.1f}; {args.steps} steps of batch 32, about {evaluations} "
+        f"evaluations of {len(y_test)} held-out digits; final accuracy {got['accuracy']:.3f}\n"
+    )
+    print("| loop | wall s (median) | wall min - max | CPU s (median) | ratio wall | ratio CPU |")
+    print("|---|--:|--:|--:|--:|--:|")
+    base_wall = statistics.median(w for w, _ in times["by hand"])
+    base_cpu = statistics.median(c for _, c in times["by hand"])
+    for name, label in [("monitored", "train_and_evaluate"), ("by hand", "hand-written loop")]:
+        walls, cpus = [w for w, _ in times[name]], [c for _, c in times[name]]
+        wall, cpu = statistics.median(walls), statistics.median(cpus)
+        print(
+            f"| {label} | {wall:.3f} | {min(walls):.3f} - {max(walls):.3f} | {cpu:.3f} | "
+            f"{wall / base_wall:.3f} | {cpu / base_cpu:.3f} |"
+        )
+    paired = [m[1] / h[1] for m, h in zip(times["monitored"], times["by hand"], strict=True)]
+    wall_ratio = statistics.median(w for w, _ in times["monitored"]) / base_wall
+    cpu_ratio = statistics.median(c for _, c in times["monitored"]) / base_cpu
+    print(
+        f"\nratio of medians: wall {wall_ratio:.3f}, CPU {cpu_ratio:.3f}; median of paired "
+        f"CPU ratios {statistics.median(paired):.3f} (target <= 1.05)"
+    )
+
+
+def _evaluate_once_row(args: argparse.Namespace) -> None:
+    """CPU per ``evaluate_once`` of the demo's held-out set vs the same work inline."""
+    os.environ["MONITORED_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    demo = _load_demo()
+    _, x_test, _, y_test = demo.load_data(0)
+    held_out = [(x_test[i : i + 128], y_test[i : i + 128]) for i in range(0, len(y_test), 128)]
+    state = monitored.TrainState(seed=0)
+    demo.init_params(state)
+    state.initialized = True
+    n = 20
+
+    async def sessions() -> None:
+        for _ in range(n):
+            await monitored.evaluate_once(
+                demo.eval_step, demo.eval_metrics(), input=held_out, state=state
+            )
+
+    def inline() -> None:
+        for _ in range(n):
+            metrics = demo.eval_metrics()
+            for batch in held_out:
+                demo.eval_step(state, batch, metrics)
+            {key: metric.result() for key, metric in metrics.items()}
+
+    def cpu_ms(fn: Callable[[], None]) -> float:
+        start = time.process_time()
+        fn()
+        return (time.process_time() - start) / n * 1e3
+
+    mine, theirs = [], []
+    for _ in range(args.repeats + 1):  # the first pair warms up
+        mine.append(cpu_ms(lambda: anyio.run(sessions)))
+        theirs.append(cpu_ms(inline))
+    a, b = statistics.median(mine[1:]), statistics.median(theirs[1:])
+    print(f"python benchmarks/evaluation.py --what evaluate-once --repeats {args.repeats}\n")
+    print(f"evaluate_once: {a:.2f} ms CPU per evaluation; inline: {b:.2f} ms (median of")
+    print(f"{args.repeats} x {n}; {len(y_test)} held-out digits in {len(held_out)} batches)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--what", choices=["metrics", "train-and-evaluate", "evaluate-once"], default="metrics"
+    )
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--updates", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--eval-every", type=int, default=100)
     args = parser.parse_args()
+    if args.what == "train-and-evaluate":
+        _train_and_evaluate_row(args)
+        return
+    if args.what == "evaluate-once":
+        _evaluate_once_row(args)
+        return
     rng = np.random.default_rng(0)
     n = args.batch
     binary = rng.integers(0, 2, n)

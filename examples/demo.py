@@ -1,13 +1,15 @@
 """Train a small neural network on scikit-learn's handwritten digits with monitored.
 
-A one-hidden-layer MLP in plain NumPy (hand-written backprop), driven by an async
-``MonitoredTrainingSession``. It shows the pieces working together:
+A one-hidden-layer MLP in plain NumPy (hand-written backprop), trained and
+evaluated on held-out data by ``monitored.train_and_evaluate`` (TF Estimator's,
+on an async ``MonitoredTrainingSession``). It shows the pieces working together:
 
-* ``StopAtStepHook`` ends training at a fixed global step;
+* ``TrainSpec(max_steps=...)`` ends training at a fixed global step;
+  ``EvalSpec`` evaluates held-out accuracy, mean per-class accuracy and loss
+  (``monitored.metrics``) every 100 steps and once at the end; the last line
+  printed is the final evaluation;
 * ``LoggingTensorHook`` logs the loss, fetched in the session's batched transfer;
 * ``StepCounterHook`` (a ``MonitoredTrainingSession`` default) logs steps/sec;
-* ``EvalHook`` (written below, async) measures held-out accuracy every few hundred
-  steps and keeps the best value as plugin state;
 * ``MomentumOptimizer`` with an ``exponential_decay`` schedule and
   ``clip_by_global_norm`` update the weights; its slots live in the state;
 * with the ``monitored-checkpoint`` plugin installed, checkpoints go to
@@ -15,6 +17,12 @@ A one-hidden-layer MLP in plain NumPy (hand-written backprop), driven by an asyn
   them, bit for bit: ``monitored.data.shuffle_batch`` prepares the batches in
   two threads ahead of the step and saves its position with each checkpoint.
   Run it again with a larger ``--steps`` to train further;
+* with ``monitored-early-stopping``, training stops once held-out accuracy has
+  not improved for 3 evaluations (the hook hears each evaluation through the
+  ``after_evaluate`` hook);
+* with ``monitored-summaries``, loss, learning rate, a ``w1`` histogram and
+  ``global_step/sec`` go to ``runs/demo`` and the evaluations to
+  ``runs/demo/eval`` (``tensorboard --logdir runs/demo``);
 * with ``monitored-nan-guard`` and ``monitored-progress`` installed (``uv run
   --all-packages`` installs the workspace), a NaN loss stops training with TF1's
   error and a progress bar shows on a terminal, without a line of code here.
@@ -50,9 +58,8 @@ def load_data(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
     return x_train, x_test, y_train, y_test
 
 
-OPTIMIZER = monitored.MomentumOptimizer(
-    monitored.exponential_decay(0.05, decay_steps=1000, decay_rate=0.5), momentum=0.9
-)
+LEARNING_RATE = monitored.exponential_decay(0.05, decay_steps=1000, decay_rate=0.5)
+OPTIMIZER = monitored.MomentumOptimizer(LEARNING_RATE, momentum=0.9)
 
 
 def init_params(state: monitored.TrainState, n_in: int = 64, n_hidden: int = 64) -> None:
@@ -73,7 +80,7 @@ def forward(state: monitored.TrainState, x: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def train_step(state: monitored.TrainState, batch: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
-    """One momentum step on softmax cross-entropy; returns the loss and gradient norm."""
+    """One momentum step on softmax cross-entropy; returns loss, gradient norm and rate."""
     x, y = batch
     hidden, logits = forward(state, x)
     logits -= logits.max(axis=1, keepdims=True)
@@ -87,10 +94,11 @@ def train_step(state: monitored.TrainState, batch: tuple[np.ndarray, np.ndarray]
     grads = {"w2": hidden.T @ d_logits, "b2": d_logits.sum(axis=0)}
     d_hidden = (d_logits @ state["w2"].T) * (hidden > 0)
     grads |= {"w1": x.T @ d_hidden, "b1": d_hidden.sum(axis=0)}
+    learning_rate = LEARNING_RATE(state.global_step)  # the rate this step applies
     names = list(grads)
     clipped, norm = monitored.clip_by_global_norm([grads[n] for n in names], clip_norm=5.0)
     OPTIMIZER.apply_gradients(state, dict(zip(names, clipped, strict=True)))  # global_step += 1
-    return {"loss": loss, "grad_norm": norm}
+    return {"loss": loss, "grad_norm": norm, "learning_rate": learning_rate}
 
 
 def accuracy(state: monitored.TrainState, x: np.ndarray, y: np.ndarray) -> float:
@@ -98,56 +106,61 @@ def accuracy(state: monitored.TrainState, x: np.ndarray, y: np.ndarray) -> float
     return float((logits.argmax(axis=1) == y).mean())
 
 
-class EvalHook:
-    """Evaluates held-out accuracy every ``every_n_steps``; remembers the best.
+def eval_step(
+    state: monitored.TrainState,
+    batch: tuple[np.ndarray, np.ndarray],
+    metrics: dict[str, monitored.metrics.Metric],
+) -> None:
+    """Held-out accuracy, mean per-class accuracy and loss of one batch, streamed."""
+    x, y = batch
+    _, logits = forward(state, x)
+    predicted = logits.argmax(axis=1)
+    metrics["accuracy"].update(y, predicted)
+    metrics["per_class_accuracy"].update(y, predicted)
+    logits = logits - logits.max(axis=1, keepdims=True)
+    log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    metrics["loss"].update(-log_probs[np.arange(len(y)), y])
 
-    Its ``best`` survives checkpoints through the ``plugin_state`` hooks.
-    """
 
-    plugin_name = "eval"  # keys its state in checkpoints, wherever it sits in the list
-
-    def __init__(self, x: np.ndarray, y: np.ndarray, every_n_steps: int) -> None:
-        self.x, self.y = x, y
-        self.timer = monitored.SecondOrStepTimer(every_steps=every_n_steps)
-        self.best = 0.0
-
-    async def after_run(self, run_context: monitored.SessionRunContext) -> None:
-        state = run_context.session.state
-        if not self.timer.should_trigger_for_step(state.global_step):
-            return
-        self.timer.update_last_triggered_step(state.global_step)
-        acc = await anyio.to_thread.run_sync(accuracy, state, self.x, self.y)
-        self.best = max(self.best, acc)
-        log.info("step %4d  held-out accuracy %.3f (best %.3f)", state.global_step, acc, self.best)
-        if run_context.session.has_summary_sinks:  # TensorBoard, with monitored-summaries
-            await run_context.session.write_summaries(state.global_step, {"accuracy": acc})
-
-    def plugin_state(self) -> dict[str, float]:
-        return {"best": self.best}
-
-    def load_plugin_state(self, state: dict[str, float]) -> None:
-        self.best = state["best"]
+def eval_metrics() -> dict[str, monitored.metrics.Metric]:
+    return {
+        "accuracy": monitored.metrics.Accuracy(),
+        "per_class_accuracy": monitored.metrics.MeanPerClassAccuracy(10),
+        "loss": monitored.metrics.Mean(),
+    }
 
 
 async def train(
-    steps: int, seed: int = 0, checkpoint_dir: str | None = None
+    steps: int, seed: int = 0, checkpoint_dir: str | None = None, eval_every: int = 100
 ) -> monitored.TrainState:
-    """Train up to global step ``steps``, resuming from ``checkpoint_dir`` if it has one."""
+    """Train up to global step ``steps``, resuming from ``checkpoint_dir`` if it has one.
+
+    The held-out set is evaluated every ``eval_every`` steps (after the checkpoint
+    of that step, with a ``checkpoint_dir``) and once at the end; the early
+    stopping hook, when installed, ends training once held-out accuracy stops
+    improving.
+    """
     x_train, x_test, y_train, y_test = load_data(seed)
     state = monitored.TrainState(seed=seed)
-    hooks = [
-        monitored.StopAtStepHook(last_step=steps),
+    hooks: list[object] = [
         monitored.LoggingTensorHook(
             {"step": "global_step", "loss": "loss", "grad norm": "grad_norm"}, every_n_iter=200
         ),
-        EvalHook(x_test, y_test, every_n_steps=500),
     ]
+    if importlib.util.find_spec("monitored_early_stopping"):
+        from monitored_early_stopping import EarlyStoppingHook
+
+        # Judges each held-out evaluation (every_n_steps=0: reported metrics).
+        hooks.append(EarlyStoppingHook("accuracy", min_delta=0.002, patience=3, every_n_steps=0))
     if checkpoint_dir is not None and importlib.util.find_spec("monitored_summaries"):
-        from monitored_summaries import SummarySaverHook  # loss and w1 into runs/demo
+        from monitored_summaries import SummarySaverHook  # loss, learning rate and w1
 
         hooks.append(
             SummarySaverHook(
-                save_steps=100, output_dir=checkpoint_dir, scalars=["loss"], histograms=["w1"]
+                save_steps=100,
+                output_dir=checkpoint_dir,
+                scalars=["loss", "learning_rate"],
+                histograms=["w1"],
             )
         )
     # Shuffled batches of 32, made ahead by two threads and fed to train_step as
@@ -165,19 +178,22 @@ async def train(
             name="digits",
         )
     )
-    async with monitored.MonitoredTrainingSession(
-        state,
-        hooks=hooks,
+    held_out = [(x_test[i : i + 128], y_test[i : i + 128]) for i in range(0, len(y_test), 128)]
+    result = await monitored.train_and_evaluate(
+        monitored.TrainSpec(train_step, max_steps=steps, hooks=hooks),
+        monitored.EvalSpec(eval_step, eval_metrics(), input_fn=lambda: held_out, throttle_secs=0),
+        model_dir=checkpoint_dir,
+        state=state,
         scaffold=monitored.Scaffold(init_fn=init_params),
-        checkpoint_dir=checkpoint_dir,
+        min_eval_frequency=eval_every,
+        save_checkpoint_steps=eval_every,
         log_step_count_steps=500,
-    ) as sess:
-        if sess.restored_from is not None:
-            print(f"resumed from {sess.restored_from} at step {state.global_step}")
-        while not sess.should_stop():
-            await sess.run(train_step)
-    final = accuracy(state, x_test, y_test)
-    print(f"held-out accuracy after {state.global_step} steps: {final:.3f}")
+    )
+    metrics = result.metrics
+    print(
+        f"held-out accuracy after {result.global_step} steps: {metrics['accuracy']:.3f} "
+        f"(mean per-class {metrics['per_class_accuracy']:.3f})"
+    )
     return state
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -26,10 +27,21 @@ def load(name: str) -> ModuleType:
     return module
 
 
-def test_demo_learns_the_digits() -> None:
+def test_demo_learns_the_digits_and_ends_with_the_final_evaluation(capsys: Any) -> None:
     demo = load("demo")
     state = anyio.run(demo.train, 600, 0, None)
-    assert demo.accuracy(state, *demo.load_data(0)[1::2]) > 0.9
+    accuracy = demo.accuracy(state, *demo.load_data(0)[1::2])
+    assert accuracy > 0.9
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith(f"held-out accuracy after {state.global_step} steps: {accuracy:.3f}")
+
+
+def test_demo_stops_early_on_held_out_accuracy(caplog: Any) -> None:
+    demo = load("demo")
+    with caplog.at_level(logging.INFO):
+        state = anyio.run(demo.train, 5000, 0, None)
+    assert state.global_step < 5000
+    assert "stop requested by EarlyStoppingHook" in caplog.text
 
 
 def test_demo_resumes_bit_for_bit_from_its_checkpoint(tmp_path: Path, monkeypatch: Any) -> None:

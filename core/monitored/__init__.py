@@ -55,7 +55,14 @@ from .data import (
     shuffle_batch,
     start_queue_runners,
 )
-from .evaluation import evaluate_once, evaluate_repeatedly
+from .evaluation import (
+    EvalSpec,
+    Experiment,
+    TrainSpec,
+    evaluate_once,
+    evaluate_repeatedly,
+    train_and_evaluate,
+)
 from .supervisor import Supervisor
 from .train import (
     AdadeltaOptimizer,
@@ -114,6 +121,8 @@ __all__ = [
     "ClusterSpec",
     "Coordinator",
     "DeadlineExceededError",
+    "EvalSpec",
+    "Experiment",
     "ExponentialMovingAverage",
     "FIFOQueue",
     "FeedFnHook",
@@ -163,6 +172,7 @@ __all__ = [
     "StepTrace",
     "StopAtStepHook",
     "Supervisor",
+    "TrainSpec",
     "TrainState",
     "TrainingConfig",
     "UnavailableError",
@@ -198,6 +208,7 @@ __all__ = [
     "shuffle_batch",
     "start_queue_runners",
     "to_host",
+    "train_and_evaluate",
     "trainable_variables",
     "warm_start",
 ]

@@ -449,3 +449,42 @@ async def test_a_hook_object_implementing_no_hook_at_all_is_an_error(state: Trai
     with pytest.raises(monitored.PluginValidationError, match=r"implements none of the hooks \("):
         async with monitored.MonitoredSession(state, hooks=[Empty()]):
             pass
+
+
+def test_entry_points_are_read_again_when_a_distribution_is_installed(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from monitored._core._plugins import installed_entry_points
+
+    site = tmp_path / "site"
+    site.mkdir()
+    os.utime(site, ns=(0, 0))  # an old directory: the install below changes its time
+    monkeypatch.syspath_prepend(str(site))
+    before = installed_entry_points()
+    assert installed_entry_points() is before  # unchanged: not read again
+    dist = site / "monitored_late-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: monitored-late\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[monitored]\nlate = late_plugin\n")
+    after = installed_entry_points()
+    assert "late" in {ep.name for ep in after}
+    assert "late" not in {ep.name for ep in before}
+
+
+def test_dunder_methods_are_never_hooks() -> None:
+    # Registration skips dunders without looking at them (a session per
+    # evaluation registers its hooks each time): even a marked one is no hook.
+    from monitored._core._plugins import PluginInfo, PluginManager
+
+    class Hook:
+        @monitored.hookimpl(specname="end")
+        def __call__(self, session: Any) -> None: ...
+
+        def after_run(self, run_context: Any, run_values: Any) -> None: ...
+
+    manager = PluginManager()
+    manager.add(PluginInfo("hook", Hook()))
+    assert manager.ordered_impls("end") == []
+    assert [impl.plugin_name for impl, _ in manager.ordered_impls("after_run")] == ["hook"]

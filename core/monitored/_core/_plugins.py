@@ -22,6 +22,7 @@ import difflib
 import importlib.metadata
 import inspect
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, final
@@ -177,8 +178,32 @@ def installed_plugin_names() -> frozenset[str]:
 
 
 def installed_entry_points() -> Sequence[importlib.metadata.EntryPoint]:
-    """The entry points of the ``monitored`` group, without importing them."""
-    return tuple(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    """The entry points of the ``monitored`` group, without importing them.
+
+    Read again only when ``sys.path`` or the modification time of one of its
+    directories changed (installing a distribution adds a ``.dist-info`` folder):
+    reading them scans every installed distribution, several milliseconds that a
+    session per evaluation would otherwise pay each time.
+    """
+    global _entry_points
+    key = tuple((path, _mtime(path)) for path in sys.path)
+    cached = _entry_points
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    found = tuple(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    _entry_points = (key, found)
+    return found
+
+
+#: ``(sys.path with modification times, entry points)`` of the last read.
+_entry_points: tuple[tuple[tuple[str, int | None], ...], tuple[Any, ...]] | None = None
+
+
+def _mtime(path: str) -> int | None:
+    try:
+        return os.stat(path or ".").st_mtime_ns
+    except OSError:
+        return None
 
 
 def _distribution(ep: importlib.metadata.EntryPoint) -> tuple[str, str]:
@@ -209,7 +234,9 @@ class PluginManager(pluggy.PluginManager):
         return [self._infos[name] for name in self._order]
 
     def parse_hookimpl_opts(self, plugin: object, name: str) -> Any:
-        if name in self._skip:
+        # Dunders are never hooks: skipping them spares pluggy's static lookup of
+        # each (most of an object's dir()), which a session per evaluation repeats.
+        if name in self._skip or name.startswith("__"):
             return None
         opts = super().parse_hookimpl_opts(plugin, name)
         if opts is not None or name not in _SPEC_NAMES:
@@ -340,6 +367,8 @@ class PluginManager(pluggy.PluginManager):
 
     def _check_hook_names(self, info: PluginInfo) -> None:
         for attr_name in dir(info.plugin):
+            if attr_name.startswith("__"):
+                continue
             opts = pluggy.PluginManager.parse_hookimpl_opts(self, info.plugin, attr_name)
             if opts is None:
                 continue

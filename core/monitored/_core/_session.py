@@ -113,6 +113,8 @@ class MonitoredSession:
     #: Whether to warn when steps leave the global step unchanged (an evaluation
     #: session, whose step never moves, turns it off).
     _warn_stalled_global_step = True
+    #: The level of the "Loaded plugins" line (an evaluation session, one of many, says it quietly).
+    _plugins_log_level = logging.INFO
 
     def __init__(
         self,
@@ -380,7 +382,7 @@ class MonitoredSession:
         self._plan = CallPlan(manager)
         self._before_run = self._plan["before_run"]
         self._after_run = self._plan["after_run"]
-        _log_plugins(self._plan.infos)
+        _log_plugins(self._plan.infos, self._plugins_log_level)
 
     async def _find_cluster(self, available: Iterable[PluginInfo]) -> None:
         """Let an installed plugin supply the cluster (the ``cluster`` hookspec)."""
@@ -1147,9 +1149,9 @@ def _end_of_input(who: str) -> OutOfRangeError:
     return OutOfRangeError(f"{who} raised StopIteration: the input is exhausted")
 
 
-def _log_plugins(infos: Iterable[PluginInfo]) -> None:
+def _log_plugins(infos: Iterable[PluginInfo], level: int) -> None:
     installed = [f"{i.name} ({i.distribution} {i.version})" for i in infos if i.distribution]
-    log.info("Loaded plugins: %s", ", ".join(installed) if installed else "none installed")
+    log.log(level, "Loaded plugins: %s", ", ".join(installed) if installed else "none installed")
 
 
 def _log_stop(requested_by: str | None, coord: Coordinator, step: int) -> None:

@@ -7,6 +7,7 @@ from .._core._errors import MonitoredError
 __all__ = [
     "EvaluationError",
     "EvaluationFailedError",
+    "ExperimentConfigError",
     "NoCheckpointError",
     "NoMetricUpdatesError",
 ]
@@ -28,4 +29,12 @@ class EvaluationFailedError(EvaluationError):
     """An evaluation run inside training (:class:`EvaluationHook`) raised; training stops.
 
     The original exception is the ``__cause__``.
+    """
+
+
+class ExperimentConfigError(EvaluationError, ValueError):
+    """An ``Experiment``, ``TrainSpec`` or ``EvalSpec`` argument that cannot work.
+
+    Raised when the object is built (or, for what needs a model directory, when
+    the method that needs it is called); the message names the argument and value.
     """

@@ -25,7 +25,13 @@ from .._core._state import TrainState
 from ..metrics import Metric
 from ._errors import NoCheckpointError, NoMetricUpdatesError
 
-__all__ = ["EvaluationResult", "EvaluationSession", "evaluate_once", "evaluate_repeatedly"]
+__all__ = [
+    "EvaluationResult",
+    "EvaluationSession",
+    "check_metrics",
+    "evaluate_once",
+    "evaluate_repeatedly",
+]
 
 log = logging.getLogger("monitored")
 
@@ -55,9 +61,14 @@ class EvaluationResult:
 
 
 class EvaluationSession(MonitoredSession):
-    """A ``MonitoredSession`` for evaluation: its global step does not move, silently."""
+    """A ``MonitoredSession`` for evaluation: its global step does not move, silently.
+
+    It names its plugins at ``DEBUG`` level: training evaluates often, and the
+    training session has named them already.
+    """
 
     _warn_stalled_global_step = False
+    _plugins_log_level = logging.DEBUG
 
 
 @final
@@ -119,6 +130,18 @@ def _find_checkpoint(checkpoint_dir: str) -> str:
     return path
 
 
+def check_metrics(metrics: Mapping[str, Metric], where: str) -> None:
+    """``metrics`` is a non-empty mapping of names to :class:`~monitored.metrics.Metric`."""
+    if not isinstance(metrics, Mapping) or not metrics:
+        raise ValueError(f"{where} needs at least one metric (metrics={{'name': Metric}})")
+    for key, metric in metrics.items():
+        if not isinstance(metric, Metric):
+            raise TypeError(
+                f"metrics[{key!r}] is {type(metric).__name__}; it must be a monitored.metrics "
+                "Metric (Mean(), Accuracy(), AUC(), ...)"
+            )
+
+
 def _name(fn: object) -> str:
     return str(getattr(fn, "__name__", type(fn).__name__))
 
@@ -168,14 +191,7 @@ async def evaluate_once(
         isinstance(eval_steps, bool) or not isinstance(eval_steps, int) or eval_steps <= 0
     ):
         raise ValueError(f"eval_steps must be a positive int or None, got {eval_steps!r}")
-    if not metrics:
-        raise ValueError("evaluate_once needs at least one metric (metrics={'name': Metric})")
-    for key, metric in metrics.items():
-        if not isinstance(metric, Metric):
-            raise TypeError(
-                f"metrics[{key!r}] is {type(metric).__name__}; it must be a monitored.metrics "
-                "Metric (Mean(), Accuracy(), AUC(), ...)"
-            )
+    check_metrics(metrics, "evaluate_once")
     if checkpoint_path is not None and checkpoint_dir is not None:
         raise ValueError("give checkpoint_path or checkpoint_dir, not both")
     path: str | None = None
@@ -202,10 +218,12 @@ async def evaluate_once(
     session_hooks += [*hooks, stopper]
     if final is not None:
         session_hooks.append(final)
+    # A summary schedule, so that a summaries plugin gives the session its writer
+    # (the sink of the results); the global step never moves, so it fires once.
     config = TrainingConfig(
         summary_dir=os.fspath(summary_dir) if summary_dir is not None else None,
         save_checkpoint_secs=None,
-        save_summaries_steps=None,
+        save_summaries_steps=1 if summary_dir is not None else None,
         log_step_count_steps=None,
     )
     session = EvaluationSession(
@@ -298,6 +316,7 @@ async def evaluate_repeatedly(
     max_number_of_evaluations: int | None = None,
     poll_secs: float = 1.0,
     on_result: Callable[[EvaluationResult], Any] | None = None,
+    until: Callable[[EvaluationResult], bool] | None = None,
     **kwargs: Any,
 ) -> list[EvaluationResult]:
     """Evaluate each new checkpoint of ``checkpoint_dir`` once, as training writes them.
@@ -309,8 +328,10 @@ async def evaluate_repeatedly(
     Each evaluation is :func:`evaluate_once` on a fresh state (``state_fn()``, or
     an empty one filled from the checkpoint) and a fresh input (``input_fn()``);
     ``kwargs`` go to it. ``on_result(result)`` (sync or async) sees each result
-    as it comes; all are returned. A checkpoint deleted before it could be read
-    (training keeps only the newest few) is skipped with a warning.
+    as it comes; all are returned. ``until(result)`` returning true ends the loop
+    after that result (an evaluator stops once it has seen the final step). A
+    checkpoint deleted before it could be read (training keeps only the newest
+    few) is skipped with a warning.
     """
     if max_number_of_evaluations is not None and max_number_of_evaluations <= 0:
         raise ValueError(
@@ -341,5 +362,7 @@ async def evaluate_repeatedly(
                 await done
         if max_number_of_evaluations is not None and len(results) >= max_number_of_evaluations:
             log.info("Evaluated %d checkpoints: done", len(results))
+            break
+        if until is not None and until(result):
             break
     return results

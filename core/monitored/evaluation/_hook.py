@@ -9,7 +9,7 @@ hook): early stopping, progress and summaries see them.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, final
 
 from .._core._timer import SecondOrStepTimer
@@ -21,7 +21,45 @@ if TYPE_CHECKING:
     from .._core._run import SessionRunContext, SessionRunValues
     from .._core._session import MonitoredSession
 
-__all__ = ["EvaluationHook"]
+__all__ = ["EvaluationHook", "evaluate_in_training"]
+
+
+async def evaluate_in_training(
+    session: MonitoredSession,
+    eval_fn: Callable[..., Any],
+    metrics: Mapping[str, Metric],
+    input_fn: Callable[[], Iterable[Any] | AsyncIterable[Any]] | None,
+    kwargs: Mapping[str, Any],
+) -> EvaluationResult:
+    """Evaluate the training session's state now and report the result to its plugins.
+
+    What every evaluation inside training does (:class:`EvaluationHook`,
+    ``train_and_evaluate``): :func:`evaluate_once` on ``session.state`` with a
+    fresh input, summaries into ``<summary_dir>/eval`` of the training session
+    unless ``kwargs`` name a ``summary_dir``, then ``after_evaluate`` on the
+    training session's hooks and plugins. An evaluation that raises becomes
+    :class:`EvaluationFailedError` (the original as its cause): training stops.
+    """
+    step = session.state.global_step
+    options = dict(kwargs)
+    config = session.training_config
+    if "summary_dir" not in options and config is not None and config.summary_dir:
+        options["summary_dir"] = os.path.join(config.summary_dir, "eval")
+    try:
+        result = await evaluate_once(
+            eval_fn,
+            metrics,
+            input=input_fn() if input_fn is not None else None,
+            state=session.state,
+            **options,
+        )
+    except Exception as exc:
+        raise EvaluationFailedError(
+            f"the evaluation at training step {step} raised {type(exc).__name__}: {exc}; "
+            "training stops (checkpoints already written stay)"
+        ) from exc
+    await session.report_evaluation(result.global_step, result.metrics)
+    return result
 
 
 @final
@@ -47,7 +85,7 @@ class EvaluationHook:
         eval_fn: Callable[..., Any],
         metrics: Mapping[str, Metric],
         *,
-        input_fn: Callable[[], Iterable[Any]] | None = None,
+        input_fn: Callable[[], Iterable[Any] | AsyncIterable[Any]] | None = None,
         every_n_steps: int | None = None,
         every_n_secs: float | None = None,
         at_end: bool = False,
@@ -62,26 +100,11 @@ class EvaluationHook:
         self.results: list[EvaluationResult] = []
 
     async def _evaluate(self, session: MonitoredSession) -> None:
-        step = session.state.global_step
-        kwargs = dict(self._kwargs)
-        config = session.training_config
-        if "summary_dir" not in kwargs and config is not None and config.summary_dir:
-            kwargs["summary_dir"] = os.path.join(config.summary_dir, "eval")
-        try:
-            result = await evaluate_once(
-                self.eval_fn,
-                self._metrics,
-                input=self._input_fn() if self._input_fn is not None else None,
-                state=session.state,
-                **kwargs,
+        self.results.append(
+            await evaluate_in_training(
+                session, self.eval_fn, self._metrics, self._input_fn, self._kwargs
             )
-        except Exception as exc:
-            raise EvaluationFailedError(
-                f"the evaluation at training step {step} raised {type(exc).__name__}: {exc}; "
-                "training stops (end hooks are not called, checkpoints already written stay)"
-            ) from exc
-        self.results.append(result)
-        await session.report_evaluation(result.global_step, result.metrics)
+        )
 
     async def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
         session = run_context.session

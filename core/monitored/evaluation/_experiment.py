@@ -1,0 +1,454 @@
+"""``Experiment``: TF's ``tf.contrib.learn.Experiment`` on the core session.
+
+An experiment holds what training and evaluation need (step functions, input
+functions, metrics, the model directory, the state) and runs them in TF's ways:
+``train()``, ``evaluate()``, ``continuous_eval()`` (an evaluator process
+following the model directory), ``train_and_evaluate()`` (evaluation
+interleaved with training in one process) and ``continuous_train_and_eval()``
+(alternating rounds). Every loop is a ``MonitoredTrainingSession`` or an
+:func:`evaluate_once` / :func:`evaluate_repeatedly`: nothing here steps a model
+by itself.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import os
+from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Final, final
+
+import anyio
+
+from .._core._basic_hooks import GlobalStepWaiterHook, StopAtStepHook
+from .._core._errors import UnsupportedArgumentError
+from .._core._scaffold import Scaffold
+from .._core._state import TrainState
+from .._core._training_session import MonitoredTrainingSession
+from ..metrics import Metric
+from ._errors import ExperimentConfigError
+from ._evaluate import (
+    _END,
+    EvaluationResult,
+    _batches,
+    check_metrics,
+    evaluate_once,
+    evaluate_repeatedly,
+)
+from ._hook import EvaluationHook
+from ._interleave import EvaluateNewCheckpoints
+
+__all__ = ["Experiment"]
+
+log = logging.getLogger("monitored")
+
+StepFn = Callable[..., Any]
+InputFn = Callable[[], Iterable[Any] | AsyncIterable[Any]]
+
+#: ``MonitoredTrainingSession`` arguments an ``Experiment`` sets itself.
+_OWN_SESSION_ARGUMENTS: Final = frozenset(
+    {"state", "checkpoint_dir", "hooks", "scaffold", "is_chief"}
+)
+#: ``continuous_train_and_eval`` rounds without ``train_steps`` (TF's default).
+_DEFAULT_STEPS_PER_ITERATION: Final = 1000
+
+
+def _positive_or_none(where: str, name: str, value: object, *, zero: bool = False) -> None:
+    if value is None:
+        return
+    low = 0 if zero else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        kind = "a non-negative" if zero else "a positive"
+        raise ExperimentConfigError(f"{where}({name}={value!r}): give {kind} int or None")
+
+
+def _seconds(where: str, name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ExperimentConfigError(f"{where}({name}={value!r}): give a number of seconds >= 0")
+
+
+@final
+class Experiment:
+    """Training and evaluation of one model, run the ways TF's ``Experiment`` runs them.
+
+    TF's ``estimator`` becomes the step functions, ``state`` (a
+    :class:`~monitored.TrainState`, empty by default), ``scaffold`` (its
+    ``init_fn`` initializes a fresh state) and ``model_dir`` (checkpoints, with
+    the ``monitored-checkpoint`` plugin; summaries with ``monitored-summaries``).
+    ``train_fn(state, batch)`` is a training step for each batch of
+    ``train_input_fn()`` (``train_fn(state)`` without one: a hook such as
+    ``monitored.data.prefetch`` feeds it); ``eval_fn(state, batch, metrics=...)``
+    updates ``eval_metrics`` for each batch of ``eval_input_fn()`` (see
+    :func:`evaluate_once`). Input functions are called again for each training
+    run and each evaluation.
+
+    TF's arguments keep their meaning: ``train_steps`` (train up to this global
+    step; ``None`` forever), ``eval_steps`` (``None``: until the eval input ends;
+    TF's default was 100), ``train_hooks`` (``train_monitors`` too), ``eval_hooks``,
+    ``eval_delay_secs`` (``evaluate`` and ``continuous_eval`` wait this long
+    first), ``continuous_eval_throttle_secs`` (``continuous_eval`` evaluates a new
+    checkpoint at most this often), ``min_eval_frequency`` (``train_and_evaluate``
+    evaluates a new checkpoint at most every this many steps; ``0``: only after
+    training; ``None``: 1), ``delay_workers_by_global_step`` and
+    ``train_steps_per_iteration`` (``continuous_train_and_eval``'s round
+    length; ``None``: a tenth of ``train_steps``, or 1000). ``is_chief`` and
+    ``task_id`` place this process in a distributed job (worker ``task_id``
+    starts later, as in TF). Other keyword arguments go to
+    :func:`~monitored.MonitoredTrainingSession` (``save_checkpoint_steps=...``,
+    ``disable_plugins=...``): TF's ``RunConfig``. ``export_strategies`` is refused:
+    nothing here exports models.
+
+    Bad arguments raise :class:`ExperimentConfigError` naming the argument.
+    """
+
+    __slots__ = (
+        "continuous_eval_throttle_secs",
+        "delay_workers_by_global_step",
+        "eval_delay_secs",
+        "eval_fn",
+        "eval_hooks",
+        "eval_input_fn",
+        "eval_metrics",
+        "eval_steps",
+        "is_chief",
+        "min_eval_frequency",
+        "model_dir",
+        "scaffold",
+        "session_options",
+        "state",
+        "task_id",
+        "train_fn",
+        "train_hooks",
+        "train_input_fn",
+        "train_steps",
+        "train_steps_per_iteration",
+    )
+
+    def __init__(
+        self,
+        train_fn: StepFn,
+        eval_fn: StepFn,
+        eval_metrics: Mapping[str, Metric],
+        *,
+        train_input_fn: InputFn | None = None,
+        eval_input_fn: InputFn | None = None,
+        model_dir: str | os.PathLike[str] | None = None,
+        state: TrainState | None = None,
+        scaffold: Scaffold | None = None,
+        train_steps: int | None = None,
+        eval_steps: int | None = None,
+        train_hooks: Sequence[object] = (),
+        eval_hooks: Sequence[object] = (),
+        eval_delay_secs: float = 120,
+        continuous_eval_throttle_secs: float = 60,
+        min_eval_frequency: int | None = None,
+        delay_workers_by_global_step: bool = False,
+        train_steps_per_iteration: int | None = None,
+        is_chief: bool = True,
+        task_id: int = 0,
+        train_monitors: Sequence[object] | None = None,
+        export_strategies: None = None,
+        **session_options: Any,
+    ) -> None:
+        where = "Experiment"
+        if export_strategies is not None:
+            raise UnsupportedArgumentError(
+                "Experiment(export_strategies=...): nothing here exports models; drop it "
+                "and save what serving needs from the returned state or the checkpoints"
+            )
+        for name, fn in {"train_fn": train_fn, "eval_fn": eval_fn}.items():
+            if not callable(fn):
+                raise ExperimentConfigError(
+                    f"{where}({name}={fn!r}): give a step function (state, batch) -> outputs"
+                )
+        for name, input_fn in {
+            "train_input_fn": train_input_fn,
+            "eval_input_fn": eval_input_fn,
+        }.items():
+            if input_fn is not None and not callable(input_fn):
+                raise ExperimentConfigError(
+                    f"{where}({name}={input_fn!r}): give a function returning a fresh "
+                    "iterable of batches (it is called for each run)"
+                )
+        check_metrics(eval_metrics, f"{where}(eval_metrics=...)")
+        _positive_or_none(where, "train_steps", train_steps)
+        _positive_or_none(where, "eval_steps", eval_steps)
+        _positive_or_none(where, "min_eval_frequency", min_eval_frequency, zero=True)
+        _positive_or_none(where, "train_steps_per_iteration", train_steps_per_iteration)
+        _positive_or_none(where, "task_id", task_id, zero=True)
+        _seconds(where, "eval_delay_secs", eval_delay_secs)
+        _seconds(where, "continuous_eval_throttle_secs", continuous_eval_throttle_secs)
+        if state is not None and not isinstance(state, TrainState):
+            raise ExperimentConfigError(
+                f"{where}(state=...): a monitored.TrainState, not {type(state).__name__}"
+            )
+        known = set(inspect.signature(MonitoredTrainingSession).parameters)
+        for name in session_options:
+            if name in _OWN_SESSION_ARGUMENTS or name not in known:
+                raise ExperimentConfigError(
+                    f"{where}({name}=...): not an Experiment argument nor one it passes to "
+                    "MonitoredTrainingSession (those it sets itself: "
+                    f"{', '.join(sorted(_OWN_SESSION_ARGUMENTS))})"
+                )
+        self.train_fn = train_fn
+        self.eval_fn = eval_fn
+        self.eval_metrics = eval_metrics
+        self.train_input_fn = train_input_fn
+        self.eval_input_fn = eval_input_fn
+        self.model_dir = os.fspath(model_dir) if model_dir is not None else None
+        self.state = state if state is not None else TrainState()
+        self.scaffold = scaffold
+        self.train_steps = train_steps
+        self.eval_steps = eval_steps
+        self.train_hooks: list[object] = [*train_hooks, *(train_monitors or ())]
+        self.eval_hooks = list(eval_hooks)
+        self.eval_delay_secs = eval_delay_secs
+        self.continuous_eval_throttle_secs = continuous_eval_throttle_secs
+        self.min_eval_frequency = 1 if min_eval_frequency is None else min_eval_frequency
+        self.delay_workers_by_global_step = delay_workers_by_global_step
+        self.train_steps_per_iteration = train_steps_per_iteration
+        self.is_chief = is_chief
+        self.task_id = task_id
+        self.session_options = session_options
+
+    # -- the methods TF's Experiment has ---------------------------------------------------
+    async def train(self, delay_secs: float | None = None) -> TrainState:
+        """Train up to ``train_steps`` (or until the input ends); return the state.
+
+        With ``delay_secs=None``, worker ``task_id`` waits ``min(60, 5 * task_id)``
+        seconds first, or, with ``delay_workers_by_global_step``, until the global
+        step reaches ``int(8000 * log(task_id + 1))`` (TF's schedule); the chief
+        (task 0) starts at once.
+        """
+        hooks: list[object] = []
+        if delay_secs is None:
+            if self.delay_workers_by_global_step:
+                hooks.append(GlobalStepWaiterHook(int(8000.0 * math.log(self.task_id + 1))))
+                delay_secs = 0
+            else:
+                delay_secs = min(60, self.task_id * 5)
+        _seconds("Experiment.train", "delay_secs", delay_secs)
+        if delay_secs > 0:
+            log.info("Waiting %g s before starting training (task %d)", delay_secs, self.task_id)
+            await anyio.sleep(delay_secs)
+        return await self._train([*hooks, *self._stop_hooks()])
+
+    async def evaluate(
+        self, delay_secs: float | None = None, name: str | None = None
+    ) -> EvaluationResult:
+        """Evaluate the newest checkpoint of ``model_dir`` once, after ``delay_secs``.
+
+        ``delay_secs=None`` waits ``eval_delay_secs``. Without a ``model_dir`` the
+        state in memory is evaluated (it must have been trained or restored). A
+        ``model_dir`` without a checkpoint is a :class:`NoCheckpointError` naming it.
+        Summaries go to ``<model_dir>/eval`` (``eval_<name>`` with a ``name``).
+        """
+        await self._delay("evaluate", delay_secs)
+        options = self._eval_options(name)
+        if self.model_dir is None:
+            if not self.state.initialized:
+                raise ExperimentConfigError(
+                    "Experiment.evaluate(): no model_dir and the state in memory was never "
+                    "trained or restored: give model_dir= or call train() first"
+                )
+            options["state"] = self.state
+        else:
+            options["checkpoint_dir"] = self.model_dir
+        return await evaluate_once(
+            self.eval_fn,
+            self.eval_metrics,
+            input=self.eval_input_fn() if self.eval_input_fn is not None else None,
+            **options,
+        )
+
+    async def continuous_eval(
+        self,
+        delay_secs: float | None = None,
+        throttle_delay_secs: float | None = None,
+        continuous_eval_predicate_fn: Callable[[EvaluationResult], bool] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - TF1's argument: no new checkpoint for this long
+        name: str | None = None,
+    ) -> list[EvaluationResult]:
+        """Evaluate each new checkpoint of ``model_dir`` as training writes them.
+
+        The evaluator job of a distributed run, or a second process beside
+        training: waits ``delay_secs`` (``None``: ``eval_delay_secs``), then
+        follows the directory with :func:`evaluate_repeatedly`, a new checkpoint at
+        most every ``throttle_delay_secs`` (``None``:
+        ``continuous_eval_throttle_secs``). Ends after evaluating a checkpoint of
+        step ``train_steps`` or later (training is over), when
+        ``continuous_eval_predicate_fn(result)`` returns false, or after
+        ``timeout`` seconds without a new checkpoint. Returns every result.
+        """
+        if self.model_dir is None:
+            raise ExperimentConfigError(
+                "Experiment.continuous_eval() follows a checkpoint directory: give model_dir="
+            )
+        throttle = (
+            self.continuous_eval_throttle_secs
+            if throttle_delay_secs is None
+            else throttle_delay_secs
+        )
+        _seconds("Experiment.continuous_eval", "throttle_delay_secs", throttle)
+        await self._delay("continuous_eval", delay_secs)
+        train_steps = self.train_steps
+
+        def done(result: EvaluationResult) -> bool:
+            if train_steps is not None and result.global_step >= train_steps:
+                log.info(
+                    "Evaluated step %d of %d: training is over", result.global_step, train_steps
+                )
+                return True
+            return continuous_eval_predicate_fn is not None and not continuous_eval_predicate_fn(
+                result
+            )
+
+        return await evaluate_repeatedly(
+            self.model_dir,
+            self.eval_fn,
+            self.eval_metrics,
+            input_fn=self.eval_input_fn,
+            eval_interval_secs=throttle,
+            timeout=timeout,
+            until=done,
+            **self._eval_options(name),
+        )
+
+    async def train_and_evaluate(self) -> EvaluationResult:
+        """Train, evaluating after new checkpoints and once at the end; the last result.
+
+        In one process, interleaved: a checkpoint of ``min_eval_frequency`` or
+        more steps after the last evaluation is evaluated as it is written,
+        before the next training step (``0``: only the final state), and the final state is
+        evaluated when training ends. Without a ``model_dir`` the state in
+        memory is evaluated every ``min_eval_frequency`` steps. Every result
+        reaches the training session's hooks and plugins through
+        ``after_evaluate``. An evaluation that raises stops training
+        (:class:`EvaluationFailedError`, the original as its cause).
+        """
+        return await self._train_and_evaluate(min_steps=self.min_eval_frequency, min_secs=0)
+
+    async def continuous_train_and_eval(
+        self,
+        continuous_eval_predicate_fn: Callable[[EvaluationResult | None], bool] | None = None,
+    ) -> EvaluationResult | None:
+        """Alternate rounds of ``train_steps_per_iteration`` steps and an evaluation.
+
+        Each round is a training session (resuming from ``model_dir``) that
+        evaluates its final state before it closes, so the result reaches its
+        plugins. Rounds go on while ``continuous_eval_predicate_fn(last_result)``
+        is true (called with ``None`` first), until a result reaches
+        ``train_steps``, or until a round trains no step (the input ended or a
+        hook stopped it at once). Returns the last result.
+        """
+        per_round = self.train_steps_per_iteration
+        if per_round is None:
+            per_round = (
+                max(1, self.train_steps // 10)
+                if self.train_steps is not None
+                else _DEFAULT_STEPS_PER_ITERATION
+            )
+        result: EvaluationResult | None = None
+        while continuous_eval_predicate_fn is None or continuous_eval_predicate_fn(result):
+            if (
+                result is not None
+                and self.train_steps is not None
+                and result.global_step >= self.train_steps
+            ):
+                break
+            evaluation = self._evaluation(min_steps=0, min_secs=0, name=None)
+            before = self.state.global_step if self.state.initialized else None
+            await self._train(
+                [evaluation, StopAtStepHook(num_steps=per_round), *self._stop_hooks()]
+            )
+            if evaluation.results:
+                result = evaluation.results[-1]
+            if before is not None and self.state.global_step == before:
+                log.info("A round trained no step (step %d): done", before)
+                break
+        return result
+
+    # -- the shared pieces --------------------------------------------------------------------
+    async def _train_and_evaluate(
+        self, *, min_steps: int, min_secs: float, name: str | None = None, by_steps: bool = True
+    ) -> EvaluationResult:
+        evaluation = self._evaluation(
+            min_steps=min_steps, min_secs=min_secs, name=name, by_steps=by_steps
+        )
+        await self._train([evaluation, *self._stop_hooks()])
+        return evaluation.results[-1]
+
+    def _evaluation(
+        self, *, min_steps: int, min_secs: float, name: str | None, by_steps: bool = True
+    ) -> EvaluateNewCheckpoints | EvaluationHook:
+        """The hook that evaluates inside training: after checkpoints, or every N steps.
+
+        Without checkpoints the state in memory is evaluated every ``min_steps``
+        steps, or every ``min_secs`` seconds when ``by_steps`` is false.
+        """
+        options = self._eval_options(name)
+        by_secs = not by_steps and min_secs > 0
+        if self.model_dir is None and min_steps > 0:
+            return EvaluationHook(
+                self.eval_fn,
+                self.eval_metrics,
+                input_fn=self.eval_input_fn,
+                every_n_steps=None if by_secs else min_steps,
+                every_n_secs=min_secs if by_secs else None,
+                at_end=True,
+                **options,
+            )
+        return EvaluateNewCheckpoints(
+            self.eval_fn,
+            self.eval_metrics,
+            input_fn=self.eval_input_fn,
+            min_steps=min_steps,
+            min_secs=min_secs,
+            **options,
+        )
+
+    def _eval_options(self, name: str | None) -> dict[str, Any]:
+        options: dict[str, Any] = {"eval_steps": self.eval_steps, "hooks": self.eval_hooks}
+        root = self.session_options.get("summary_dir") or self.model_dir
+        if root is not None:
+            options["summary_dir"] = os.path.join(root, f"eval_{name}" if name else "eval")
+        for key in ("disable_plugins", "plugin_options"):
+            if key in self.session_options:
+                options[key] = self.session_options[key]
+        return options
+
+    def _stop_hooks(self) -> list[object]:
+        return [] if self.train_steps is None else [StopAtStepHook(last_step=self.train_steps)]
+
+    async def _delay(self, method: str, delay_secs: float | None) -> None:
+        delay = self.eval_delay_secs if delay_secs is None else delay_secs
+        _seconds(f"Experiment.{method}", "delay_secs", delay)
+        if delay > 0:
+            log.info("Waiting %g s before evaluating", delay)
+            await anyio.sleep(delay)
+
+    async def _train(self, hooks: list[object]) -> TrainState:
+        """One training session over a fresh ``train_input_fn()``: the one training loop."""
+        scaffold = self.scaffold
+        if self.model_dir is None and self.state.initialized:
+            # Nothing to restore from: the state in memory goes on, not re-initialized.
+            scaffold = Scaffold(init_fn=None, copy_from_scaffold=scaffold or Scaffold())
+        async with MonitoredTrainingSession(
+            self.state,
+            checkpoint_dir=self.model_dir,
+            is_chief=self.is_chief,
+            scaffold=scaffold,
+            hooks=[*self.train_hooks, *hooks],
+            **self.session_options,
+        ) as sess:
+            batches = _batches(self.train_input_fn()) if self.train_input_fn is not None else None
+            while not sess.should_stop():
+                if batches is None:
+                    await sess.run(self.train_fn)
+                    continue
+                batch = await batches.next()
+                if batch is _END:
+                    break
+                await sess.run(self.train_fn, batch)
+        return self.state

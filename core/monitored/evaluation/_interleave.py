@@ -1,0 +1,110 @@
+"""Evaluation interleaved with training: at new checkpoints, and once at the end.
+
+TF Experiment's ``_EvalAndExportListener`` and Estimator's
+``_NewCheckpointListenerForEvaluate``: a hook in the training session that
+evaluates when the checkpoint plugin is about to write a checkpoint
+(``before_save``), at most every ``min_steps`` global steps and ``min_secs``
+seconds, and once more when training ends if the final state was not evaluated.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, final
+
+from ..metrics import Metric
+from ._evaluate import EvaluationResult
+from ._hook import evaluate_in_training
+
+if TYPE_CHECKING:
+    from .._core._coordinator import Coordinator
+    from .._core._session import MonitoredSession
+
+__all__ = ["EvaluateNewCheckpoints"]
+
+
+@final
+class EvaluateNewCheckpoints:
+    """Evaluates the training state at each new checkpoint, and at the end.
+
+    A checkpoint is evaluated when it is of a step trained in this session,
+    ``min_steps`` or more steps after the last evaluation (``0``: only at the
+    end), and ``min_secs`` or more seconds after it started. The evaluation runs
+    in ``before_save``, on the state in memory, which is what the checkpoint
+    will hold: no re-read, and plugin states the evaluation changes (early
+    stopping's best value) are saved in that same checkpoint, so a resumed run
+    has seen every evaluation a straight run has. The write itself stays
+    asynchronous (an ``after_save`` listener would make the checkpoint plugin
+    wait for it). With ``at_end``, the final state is evaluated at ``end``
+    unless its step already was (a session without checkpoints evaluates only
+    then). Each result is kept in :attr:`results` and reaches the training
+    session's plugins through ``after_evaluate``.
+    """
+
+    __slots__ = (
+        "_input_fn",
+        "_kwargs",
+        "_last_step",
+        "_last_time",
+        "_metrics",
+        "_start_step",
+        "at_end",
+        "eval_fn",
+        "min_secs",
+        "min_steps",
+        "results",
+    )
+
+    plugin_name = "evaluate-new-checkpoints"
+
+    def __init__(
+        self,
+        eval_fn: Callable[..., Any],
+        metrics: Mapping[str, Metric],
+        *,
+        input_fn: Callable[[], Iterable[Any] | AsyncIterable[Any]] | None = None,
+        min_steps: int = 1,
+        min_secs: float = 0.0,
+        at_end: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        self.eval_fn = eval_fn
+        self._metrics = metrics
+        self._input_fn = input_fn
+        self.min_steps = min_steps
+        self.min_secs = min_secs
+        self.at_end = at_end
+        self._kwargs = kwargs
+        self._start_step = 0
+        self._last_step: int | None = None
+        self._last_time: float | None = None
+        self.results: list[EvaluationResult] = []
+
+    def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
+        self._start_step = session.state.global_step
+
+    async def before_save(self, session: MonitoredSession, step: int) -> None:
+        if self._due(step):
+            await self._evaluate(session)
+
+    async def end(self, session: MonitoredSession) -> None:
+        step = session.state.global_step
+        if self.at_end and step != self._last_step:
+            await self._evaluate(session)
+
+    def _due(self, step: int) -> bool:
+        if self.min_steps == 0 or step <= self._start_step:
+            return False
+        if self._last_step is not None and step - self._last_step < self.min_steps:
+            return False
+        return self._last_time is None or time.monotonic() - self._last_time >= self.min_secs
+
+    async def _evaluate(self, session: MonitoredSession) -> None:
+        self._last_step = session.state.global_step
+        self._last_time = time.monotonic()
+        self.results.append(
+            await evaluate_in_training(
+                session, self.eval_fn, self._metrics, self._input_fn, self._kwargs
+            )
+        )
