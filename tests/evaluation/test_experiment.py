@@ -333,6 +333,30 @@ async def test_continuous_train_and_eval_ends_when_a_round_trains_nothing() -> N
     assert result.global_step == 0
 
 
+class StopAt:
+    """Requests a stop after global step ``step`` (as early stopping would)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        if run_context.session.state.global_step == self.step:
+            run_context.request_stop()
+
+
+@pytest.mark.parametrize("stop_at", [5, 8])  # within a round, and at a round's last step
+async def test_continuous_train_and_eval_ends_when_a_hook_stops_training(stop_at: int) -> None:
+    heard = Heard()
+    exp = experiment(
+        train_steps=100, train_steps_per_iteration=4, train_hooks=[heard, StopAt(stop_at)]
+    )
+    result = await exp.continuous_train_and_eval()
+    assert result is not None
+    assert result.global_step == stop_at
+    assert heard.steps[-1] == stop_at
+    assert exp.state.global_step == stop_at  # no further round was started
+
+
 # -- bad input ----------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("kwargs", "match"),

@@ -232,7 +232,8 @@ class Experiment:
         if delay_secs > 0:
             log.info("Waiting %g s before starting training (task %d)", delay_secs, self.task_id)
             await anyio.sleep(delay_secs)
-        return await self._train([*hooks, *self._stop_hooks()])
+        await self._train([*hooks, *self._stop_hooks()])
+        return self.state
 
     async def evaluate(
         self, delay_secs: float | None = None, name: str | None = None
@@ -339,8 +340,9 @@ class Experiment:
         evaluates its final state before it closes, so the result reaches its
         plugins. Rounds go on while ``continuous_eval_predicate_fn(last_result)``
         is true (called with ``None`` first), until a result reaches
-        ``train_steps``, or until a round trains no step (the input ended or a
-        hook stopped it at once). Returns the last result.
+        ``train_steps``, or until training stops by itself within a round: a
+        hook or plugin requested the stop (early stopping), or the input ended.
+        Returns the last result.
         """
         per_round = self.train_steps_per_iteration
         if per_round is None:
@@ -358,14 +360,11 @@ class Experiment:
             ):
                 break
             evaluation = self._evaluation(min_steps=0, min_secs=0, name=None)
-            before = self.state.global_step if self.state.initialized else None
-            await self._train(
-                [evaluation, StopAtStepHook(num_steps=per_round), *self._stop_hooks()]
-            )
+            stopped = await self._train([evaluation, *self._stop_hooks()], steps=per_round)
             if evaluation.results:
                 result = evaluation.results[-1]
-            if before is not None and self.state.global_step == before:
-                log.info("A round trained no step (step %d): done", before)
+            if stopped:
+                log.info("Training stopped within a round (step %d): done", self.state.global_step)
                 break
         return result
 
@@ -428,8 +427,14 @@ class Experiment:
             log.info("Waiting %g s before evaluating", delay)
             await anyio.sleep(delay)
 
-    async def _train(self, hooks: list[object]) -> TrainState:
-        """One training session over a fresh ``train_input_fn()``: the one training loop."""
+    async def _train(self, hooks: list[object], *, steps: int | None = None) -> bool:
+        """One training session over a fresh ``train_input_fn()``: the one training loop.
+
+        With ``steps``, the session closes (normally: ``end`` hooks run, a last
+        checkpoint is written) once it has trained that many steps. Returns
+        whether training stopped by itself before that: a stop was requested or
+        the input ended.
+        """
         scaffold = self.scaffold
         if self.model_dir is None and self.state.initialized:
             # Nothing to restore from: the state in memory goes on, not re-initialized.
@@ -442,8 +447,11 @@ class Experiment:
             hooks=[*self.train_hooks, *hooks],
             **self.session_options,
         ) as sess:
+            last = None if steps is None else self.state.global_step + steps
             batches = _batches(self.train_input_fn()) if self.train_input_fn is not None else None
             while not sess.should_stop():
+                if last is not None and self.state.global_step >= last:
+                    return False
                 if batches is None:
                     await sess.run(self.train_fn)
                     continue
@@ -451,4 +459,4 @@ class Experiment:
                 if batch is _END:
                     break
                 await sess.run(self.train_fn, batch)
-        return self.state
+        return True
