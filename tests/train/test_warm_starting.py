@@ -240,3 +240,11 @@ def test_the_pretrained_model_scenario_end_to_end(pretrained: Path, tmp_path: Pa
     assert calls == [1], "a run with its own checkpoint is not warm-started again"
     np.testing.assert_array_equal(second["head/w"], np.full((3, 5), 5.0))
     np.testing.assert_array_equal(second["encoder/w"], np.full((2, 3), 2.0))
+
+
+def test_a_directory_beside_a_same_named_config_file_is_the_directory(pretrained: Path) -> None:
+    """``runs/pretrained/`` and its config ``runs/pretrained.json`` side by side."""
+    (pretrained.parent / f"{pretrained.name}.json").write_text('{"layers": 2}')
+    state = new_state()
+    assert warm_start(state, pretrained, ["encoder/w"]) == {"encoder/w": "encoder/w"}
+    np.testing.assert_array_equal(state["encoder/w"], np.full((2, 3), 2.0))
