@@ -86,9 +86,10 @@ def test_only_rank_0_writes_into_the_shared_logdir(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))}
-    assert results["rank0"]["chief"] and results["rank0"]["writer"]
+    assert results["rank0"]["chief"]
+    assert results["rank0"]["writer"]
     assert results["rank0"]["summarized"] > 0
     assert results["rank1"] == {"chief": False, "summarized": 0, "writer": False}
     assert len(list(logdir.glob("events.out.tfevents.*"))) == 1, "one event file: rank 0's"
     manifests = sorted(p.name for p in logdir.glob("model.ckpt-*.json"))
-    assert manifests and "model.ckpt-6.json" in manifests
+    assert "model.ckpt-6.json" in manifests, manifests

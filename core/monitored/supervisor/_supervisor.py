@@ -473,7 +473,7 @@ class Supervisor:
         # the chief, which an installed cluster plugin may decide only once it is
         # entered (as MonitoredTrainingSession's chief_only_hooks). The rest of the
         # config asks the plugins for no hooks of their own.
-        config = TrainingConfig(
+        training_config = TrainingConfig(
             is_chief=self._is_chief,
             save_checkpoint_secs=None,
             save_summaries_steps=None,
@@ -494,7 +494,7 @@ class Supervisor:
             plugin_options=self._plugin_options,
             recovery_wait_secs=self._recovery_wait_secs,
             coord=self._coord,
-            training_config=config,
+            training_config=training_config,
         )
         try:
             await session.__aenter__()
