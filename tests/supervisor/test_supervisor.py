@@ -40,6 +40,10 @@ def checkpoints(directory: Path) -> list[int]:
     return sorted(int(p.name[len("model.ckpt-") : -5]) for p in directory.glob("model.ckpt-*.json"))
 
 
+def listing(directory: Path) -> list[str]:
+    return sorted(path.name for path in directory.iterdir())
+
+
 def tags(directory: Path) -> dict[str, list[int]]:
     import monitored_summaries
 
@@ -636,8 +640,35 @@ async def test_services_that_fail_to_start_close_the_session(
     monkeypatch.setattr(sv, "start_standard_services", fail)
     with pytest.raises(RuntimeError, match="cannot start"):
         await sv.prepare_or_wait_for_session()
-    assert sv.session is not None
+    assert sv.session is None, "the closed session is not handed out"
     assert sv.should_stop()
+    with pytest.raises(RuntimeError, match=r"failed to start \(RuntimeError: cannot start\)"):
+        await sv.prepare_or_wait_for_session()
+
+
+async def test_a_failed_entry_leaves_no_session_and_a_second_call_names_the_failure(
+    tmp_path: Path,
+) -> None:
+    def broken_init(state: monitored.TrainState) -> None:
+        raise ValueError("no pre-trained model at runs/pre")
+
+    state = new_state()
+    sv = Supervisor(state, logdir=tmp_path, init_fn=broken_init)
+    with pytest.raises(ValueError, match="no pre-trained model"):
+        await sv.prepare_or_wait_for_session()
+    assert sv.session is None
+    assert sv.should_stop()
+    with pytest.raises(RuntimeError, match="make a new Supervisor") as raised:
+        await sv.prepare_or_wait_for_session()
+    assert "ValueError: no pre-trained model at runs/pre" in str(raised.value)
+    assert isinstance(raised.value.__cause__, ValueError)
+    with pytest.raises(RuntimeError, match="failed to start"):
+        async with sv.managed_session():
+            pass  # pragma: no cover - not entered
+    await sv.stop()  # nothing to close: no error
+    # A new Supervisor on the same state trains.
+    await train(Supervisor(state, logdir=tmp_path), 2)
+    assert state.global_step == 2
 
 
 async def test_stop_joins_the_threads_given() -> None:
@@ -649,3 +680,74 @@ async def test_stop_joins_the_threads_given() -> None:
     await sv.stop(threads=[thread])
     assert done.is_set()
     assert not thread.is_alive()
+
+
+# -- roles decided by a cluster plugin (MPI) ----------------------------------------------------
+_CLUSTER_PLUGIN = """
+class Cluster:
+    def __init__(self, is_chief):
+        self.is_chief = is_chief
+
+    def agree_to_stop(self, local):
+        return local
+
+    async def share_state(self, session, max_wait_secs):
+        session.state.initialized = True  # as if the chief's state arrived
+
+    def fail(self, failure):
+        pass
+
+def cluster(session):
+    return Cluster({is_chief})
+"""
+
+
+async def test_a_worker_made_by_a_cluster_plugin_saves_and_writes_nothing(
+    tmp_path: Path, fake_plugin: Any
+) -> None:
+    await train(Supervisor(new_state(), logdir=tmp_path), 3)
+    before = listing(tmp_path)
+    fake_plugin("fake-cluster", _CLUSTER_PLUGIN.format(is_chief=False))
+    summarized: list[int] = []
+    sv = Supervisor(
+        new_state(),
+        logdir=tmp_path,
+        save_model_secs=0.01,
+        save_summaries_secs=0.01,
+        summary_op=lambda state: summarized.append(state.global_step) or {"w": 1.0},
+    )
+    assert sv.is_chief, "the constructor's role until the session is entered"
+    async with sv.managed_session() as sess:
+        assert not sess.is_chief
+        assert not sv.is_chief, "the Supervisor agrees with the session"
+        assert sess.restored_from is None, "a worker does not restore: the chief shares"
+        names = [info.name for info in sess.plugins]
+        assert not any("Checkpoint" in name or "Summary" in name for name in names), names
+        while not sv.should_stop() and sess.state.global_step < 5:
+            await sess.run(step)
+            await anyio.sleep(0.02)
+        assert sv.summary_writer is None
+        with pytest.raises(RuntimeError, match="needs a summary writer"):
+            sv.summary_computed(sess, {"x": 1.0})
+        with pytest.raises(RuntimeError, match="Only chief supervisor"):
+            sv.start_standard_services(sess)
+    assert not sv.is_chief
+    assert summarized == []
+    assert listing(tmp_path) == before, "nothing written by a worker"
+
+
+async def test_a_chief_made_by_a_cluster_plugin_runs_the_services(
+    tmp_path: Path, fake_plugin: Any
+) -> None:
+    fake_plugin("fake-cluster", _CLUSTER_PLUGIN.format(is_chief=True))
+    sv = Supervisor(new_state(), logdir=tmp_path, save_summaries_secs=0.01, summary_op=None)
+    async with sv.managed_session() as sess:
+        assert sess.is_chief
+        assert sv.is_chief
+        while not sv.should_stop() and sess.state.global_step < 3:
+            await sess.run(step)
+        assert sv.summary_writer is not None
+        sv.summary_computed(sess, {"mine": 2.0})
+    assert checkpoints(tmp_path) == [0, 3]
+    assert tags(tmp_path)["mine"] == [3]
+    assert len([name for name in listing(tmp_path) if name.startswith("events.out")]) == 1

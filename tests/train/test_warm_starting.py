@@ -12,7 +12,7 @@ import pytest
 
 import monitored
 from monitored import MissingPluginError, Supervisor, UnsupportedArgumentError
-from monitored.train import WarmStartError, warm_start
+from monitored.train import AdamOptimizer, WarmStartError, warm_start
 from monitored_checkpoint import CheckpointNotFoundError, CorruptCheckpointError, Saver
 
 
@@ -90,15 +90,70 @@ def test_none_selects_the_trainable_entries(pretrained: Path) -> None:
     assert warm_start(state, pretrained, None) == {"encoder/w": "encoder/w"}
 
 
+def adam_state(value: float) -> monitored.TrainState:
+    """A model with Adam's slots and counters, a non-trainable statistic and an int."""
+    state = monitored.TrainState({"w": np.full(2, value, np.float32)}, seed=0)
+    AdamOptimizer(0.1).create_slots(state)
+    state.add("bn/moving_mean", np.full(2, value, np.float32), trainable=False)
+    state.add("count", np.full(2, value, np.int64))
+    for name in state:
+        state[name][...] = value
+    return state
+
+
+@pytest.fixture
+def pretrained_with_slots(tmp_path: Path) -> Path:
+    Saver().save(adam_state(7.0), tmp_path / "adam" / "model.ckpt", global_step=100)
+    return tmp_path / "adam"
+
+
+@pytest.mark.parametrize("wanted", [".*", "w", None])
+def test_a_regex_or_none_leaves_slots_counters_and_non_trainable_entries_fresh(
+    pretrained_with_slots: Path, wanted: str | None
+) -> None:
+    """TF1: a regex considers only TRAINABLE_VARIABLES, so a fine-tune gets fresh slots."""
+    state = adam_state(0.0)
+    assert warm_start(state, pretrained_with_slots, wanted) == {"w": "w"}
+    np.testing.assert_array_equal(state["w"], 7.0)
+    for name in ("w/Adam/m", "w/Adam/v", "Adam/beta1_power", "bn/moving_mean", "count"):
+        np.testing.assert_array_equal(state[name], 0, err_msg=name)
+
+
+def test_a_list_of_names_copies_slots_and_non_trainable_entries(
+    pretrained_with_slots: Path,
+) -> None:
+    state = adam_state(0.0)
+    wanted = ["w/Adam/m", "Adam/beta1_power", "bn/moving_mean", "count"]
+    assert sorted(warm_start(state, pretrained_with_slots, wanted)) == sorted(wanted)
+    for name in wanted:
+        np.testing.assert_array_equal(state[name], 7, err_msg=name)
+    np.testing.assert_array_equal(state["w"], 0)
+    np.testing.assert_array_equal(state["w/Adam/v"], 0)
+
+
+def test_a_listed_name_is_exact_not_a_tf1_scope(pretrained_with_slots: Path) -> None:
+    state = adam_state(0.0)
+    assert warm_start(state, pretrained_with_slots, ["w"]) == {"w": "w"}
+    np.testing.assert_array_equal(state["w/Adam/m"], 0)
+
+
+def test_a_regex_matching_only_slots_says_to_list_them(pretrained_with_slots: Path) -> None:
+    state = adam_state(0.0)
+    with pytest.raises(WarmStartError, match=r"it matches \['w/Adam/m', 'w/Adam/v'\].*list"):
+        warm_start(state, pretrained_with_slots, "w/Adam")
+    np.testing.assert_array_equal(state["w/Adam/m"], 0)
+
+
 @pytest.mark.parametrize(
     ("wanted", "name_map", "match"),
     [
-        (".*", None, r"no entries \['new_name', 'step_size'\].*shape \(3, 4\).*\(3, 5\)"),
+        (".*", None, r"no entries \['step_size'\].*shape \(3, 4\).*\(3, 5\)"),
         (["head/w"], None, r"'head/w' has shape \(3, 4\) in the checkpoint and \(3, 5\)"),
         (["new_name"], {"encoder/b": "new_name"}, r"'new_name' \(from 'encoder/b'\) has shape"),
         (["new_name"], {"encoder/w": "new_name"}, "dtype float32 in the checkpoint and int64"),
         (["missing"], None, r"the state has no entries \['missing'\]"),
-        ("nothing.*", None, "matches no entry of the state"),
+        ("nothing.*", None, r"matches no trainable entry of the state \(its trainable"),
+        ("new_name", None, r"it matches \['new_name'\], which are not trainable"),
         ("(", None, "not a regular expression"),
         (["encoder/w", "encoder/w"], None, "names an entry twice"),
         ([], None, "empty"),
@@ -185,3 +240,11 @@ def test_the_pretrained_model_scenario_end_to_end(pretrained: Path, tmp_path: Pa
     assert calls == [1], "a run with its own checkpoint is not warm-started again"
     np.testing.assert_array_equal(second["head/w"], np.full((3, 5), 5.0))
     np.testing.assert_array_equal(second["encoder/w"], np.full((2, 3), 2.0))
+
+
+def test_a_directory_beside_a_same_named_config_file_is_the_directory(pretrained: Path) -> None:
+    """``runs/pretrained/`` and its config ``runs/pretrained.json`` side by side."""
+    (pretrained.parent / f"{pretrained.name}.json").write_text('{"layers": 2}')
+    state = new_state()
+    assert warm_start(state, pretrained, ["encoder/w"]) == {"encoder/w": "encoder/w"}
+    np.testing.assert_array_equal(state["encoder/w"], np.full((2, 3), 2.0))

@@ -35,6 +35,7 @@ from typing import Any, Final, final
 import anyio
 import anyio.to_thread
 
+from .._core._config import TrainingConfig
 from .._core._coordinator import Coordinator, ExcInfo, LooperThread
 from .._core._errors import MissingPluginError, UnsupportedArgumentError
 from .._core._scaffold import Scaffold, SessionManager
@@ -74,7 +75,11 @@ class Supervisor:
     Args:
         state: the arrays, global step and RNG to train.
         is_chief: the chief restores or initializes the state and runs the
-            services; other processes wait until the state is ready.
+            services; other processes wait until the state is ready. An
+            installed cluster plugin (``monitored-mpi`` under ``mpiexec``) may
+            decide otherwise when the session is entered: then its answer counts
+            (:attr:`is_chief`), and a process it makes a worker neither saves
+            checkpoints nor writes summaries.
         init_op: ``fn(state)`` run when no checkpoint is restored, before
             ``init_fn`` (default: nothing; the state's arrays are initialized when
             you build it).
@@ -251,7 +256,11 @@ class Supervisor:
             recovery_wait_secs,
         )
         self._coord = Coordinator()
+        #: The managed session, once entered (never one whose entry failed).
         self._session: MonitoredSession | None = None
+        #: Why creating the managed session failed, if it did: the coordinator is
+        #: then stopped and closed, so this Supervisor cannot make another.
+        self._failed: BaseException | None = None
         self._summary_hook: object | None = None
         self._saver = self._checkpoint_saver(saver)
         #: Whether this process has an event file (TF1: the chief, with a logdir).
@@ -313,7 +322,14 @@ class Supervisor:
 
     @property
     def is_chief(self) -> bool:
-        """Whether this process restores, initializes and runs the services."""
+        """Whether this process restores, initializes and runs the services.
+
+        Once the managed session is entered, the session's role: an installed
+        cluster plugin (the ``cluster`` hookspec; MPI makes every rank but 0 a
+        worker) decides it then. Before, the ``is_chief`` given to the constructor.
+        """
+        if self._session is not None:
+            return self._session.is_chief
         return self._is_chief
 
     @property
@@ -366,9 +382,12 @@ class Supervisor:
         """The ``monitored_summaries.FileWriter`` of ``logdir`` (``None`` when summaries
         are off: no ``logdir``, not the chief, ``summary_writer=None``).
 
-        Asking for it without the summaries plugin is a :class:`~monitored.MissingPluginError`.
+        Made on first use, which creates the event file: on a process that a
+        cluster plugin makes a worker, ask for it only once the session is entered
+        (:attr:`is_chief` knows the role then). Asking for it without the
+        summaries plugin is a :class:`~monitored.MissingPluginError`.
         """
-        if self._writer is None and self._writer_wanted:
+        if self._writer is None and self._writer_wanted and self.is_chief:
             module = self._summaries or _plugin(
                 *_SUMMARIES, "Supervisor.summary_writer was asked for", ""
             )
@@ -436,6 +455,12 @@ class Supervisor:
         refuse_tf1_arguments(
             "Supervisor.prepare_or_wait_for_session", master=master or None, config=config
         )
+        if self._failed is not None:
+            raise RuntimeError(
+                "this Supervisor's session failed to start "
+                f"({type(self._failed).__name__}: {self._failed}) and its coordinator is "
+                "closed: make a new Supervisor to try again"
+            ) from self._failed
         if self._session is not None:
             raise RuntimeError(
                 "this Supervisor already manages a session; a Supervisor manages one "
@@ -443,10 +468,23 @@ class Supervisor:
             )
         if wait_for_checkpoint and self._saver is not None:
             await self._wait_for_checkpoint(max_wait_secs)
-        hooks = [*self._hooks, *self._service_hooks(start_standard_services)]
+        services = self._service_hooks(start_standard_services)
+        # The services are the chief's: the session leaves them out where it is not
+        # the chief, which an installed cluster plugin may decide only once it is
+        # entered (as MonitoredTrainingSession's chief_only_hooks). The rest of the
+        # config asks the plugins for no hooks of their own.
+        training_config = TrainingConfig(
+            is_chief=self._is_chief,
+            save_checkpoint_secs=None,
+            save_summaries_steps=None,
+            log_step_count_steps=None,
+            max_wait_secs=max_wait_secs,
+            stop_grace_period_secs=self._stop_grace_secs,
+            chief_only_hooks=tuple(services),
+        )
         session = MonitoredSession(
             self._state,
-            hooks=hooks,
+            hooks=[*self._hooks, *services],
             is_chief=self._is_chief,
             stop_grace_period_secs=self._stop_grace_secs,
             max_wait_secs=max_wait_secs,
@@ -456,21 +494,34 @@ class Supervisor:
             plugin_options=self._plugin_options,
             recovery_wait_secs=self._recovery_wait_secs,
             coord=self._coord,
+            training_config=training_config,
         )
-        self._session = session
-        await session.__aenter__()
         try:
+            await session.__aenter__()
+        except BaseException as exc:
+            self._failed = exc
+            raise
+        self._session = session
+        try:
+            if session.is_chief and self._writer is None and self._summary_hook is not None:
+                # The hook opened the directory's shared writer when the session began.
+                self._writer = getattr(self._summary_hook, "writer", None)
             if start_standard_services:
-                if self._is_chief:
+                if session.is_chief:
                     self.start_standard_services(session)
                 self.start_queue_runners(session)
         except BaseException as exc:
+            self._session, self._failed = None, exc
             await session.__aexit__(type(exc), exc, exc.__traceback__)
             raise
         return session
 
     def _service_hooks(self, start_standard_services: bool) -> list[object]:
-        """The checkpoint and summary hooks of the plugins, for the session to be made."""
+        """The checkpoint and summary hooks of the plugins, for the session to be made.
+
+        Only the chief runs them. Nothing is written here: the summary hook opens the
+        event file when the session begins, on the chief only.
+        """
         hooks: list[object] = []
         if self._saver is not None:
             assert self._logdir is not None
@@ -488,12 +539,14 @@ class Supervisor:
                 hooks.append(checkpoint.CheckpointRestoreHook(self._logdir))
         self._summary_hook = None
         if start_standard_services and self._summaries is not None and self._summaries_on:
-            writer = self.summary_writer
-            if writer is not None:
-                self._summary_hook = self._summaries.SummarySaverHook(
-                    save_secs=self._save_summaries_secs, summary_writer=writer
-                )
-                hooks.append(self._summary_hook)
+            # A writer you gave is used as it is; else the hook takes logdir's shared
+            # writer (the FileWriterCache's, as summary_writer does) when it begins.
+            self._summary_hook = self._summaries.SummarySaverHook(
+                save_secs=self._save_summaries_secs,
+                summary_writer=self._writer,
+                output_dir=None if self._writer is not None else self._logdir,
+            )
+            hooks.append(self._summary_hook)
         return hooks
 
     def start_standard_services(self, sess: MonitoredSession) -> None:
@@ -502,7 +555,7 @@ class Supervisor:
         ``prepare_or_wait_for_session`` calls it. The checkpoint service is a hook
         of the session, chosen when the session is created.
         """
-        if not self._is_chief:
+        if not sess.is_chief:
             raise RuntimeError(
                 "Only chief supervisor can start standard services, because only chief "
                 "supervisors can write events"

@@ -5,6 +5,10 @@ place is a scaffold's or a ``Supervisor``'s ``init_fn``, which runs only when
 the run has no checkpoint of its own (the "pre-trained model" scenario):
 
     init_fn=lambda state: warm_start(state, "runs/pretrained", "encoder/.*")
+
+As TF1's, a regular expression considers only the trainable entries, so a
+fine-tune starts with fresh optimizer slots and counters; name entries in a list
+to copy those too.
 """
 
 from __future__ import annotations
@@ -57,11 +61,25 @@ def warm_start(
             global step nor its RNG).
         ckpt_to_initialize_from: a checkpoint path (``runs/a/model.ckpt-100``) or
             a directory (its newest checkpoint).
-        vars_to_warm_start: which entries of ``state`` to initialize: a regular
-            expression matched at the start of each name (TF's rule: ``"dense"``
-            selects ``"dense/kernel"``; ``".*"``, the default, selects all), a list
-            of exact names, or ``None`` for the trainable entries
-            (:func:`~monitored.train.trainable_variables`).
+        vars_to_warm_start: which entries of ``state`` to initialize:
+
+            - a regular expression, matched at the start of the name of each
+              *trainable* entry (:func:`~monitored.train.trainable_variables`),
+              as TF1 matches it against ``TRAINABLE_VARIABLES``: ``"dense"``
+              selects ``"dense/kernel"``; ``".*"``, the default, selects every
+              trainable entry. Optimizer slots (``"w/Adam/m"``), optimizer
+              counters (``"Adam/beta1_power"``), entries marked
+              ``trainable=False`` (batch-norm statistics) and integer entries
+              are not selected, so a fine-tune starts with fresh ones;
+            - a list of exact names of any entries, trainable or not: the way to
+              copy slots or statistics too. TF1 takes each string of a list as a
+              regular expression over all its variables (a scope); here each is
+              one name, so ``["dense/kernel"]`` does not also select
+              ``"dense/kernel/Adam/m"``. For TF1's scopes, list
+              ``[n for n in state if re.match(scope, n)]``;
+            - ``None``: the trainable entries, as ``".*"``. (TF1's ``None``
+              selects only the variables of ``var_name_to_vocab_info``, which is
+              not supported here.)
         name_map: ``{name in the checkpoint: name in the state}`` for entries that
             were renamed (TF's ``assignment_map`` of ``init_from_checkpoint``);
             every target must be a selected entry. Unmapped entries keep their name.
@@ -111,11 +129,19 @@ def _select(state: TrainState, wanted: str | Iterable[str] | None) -> list[str]:
             raise WarmStartError(
                 f"warm_start: vars_to_warm_start {wanted!r} is not a regular expression: {exc}"
             ) from None
-        names = [name for name in state if pattern.match(name)]
+        trainable = trainable_variables(state)
+        names = [name for name in trainable if pattern.match(name)]
         if not names:
+            others = [name for name in state if pattern.match(name)]
             raise WarmStartError(
-                f"warm_start: vars_to_warm_start {wanted!r} matches no entry of the state "
-                f"(its entries: {sorted(state)})"
+                f"warm_start: vars_to_warm_start {wanted!r} matches no trainable entry of the "
+                + (
+                    f"state; it matches {others}, which are not trainable: a regular "
+                    "expression considers only the trainable entries (TF's rule), so list "
+                    "these names to warm-start them"
+                    if others
+                    else f"state (its trainable entries: {trainable})"
+                )
             )
         return names
     names = list(wanted)

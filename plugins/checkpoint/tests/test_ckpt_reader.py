@@ -51,8 +51,37 @@ def test_nothing_there_is_named(tmp_path: Path) -> None:
     with pytest.raises(CheckpointNotFoundError, match="nowhere"):
         resolve_checkpoint(tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(CheckpointNotFoundError, match="empty is neither a checkpoint"):
+    with pytest.raises(CheckpointNotFoundError, match="empty is a directory without a checkpoint"):
         read_checkpoint(tmp_path / "empty")
+
+
+def test_a_directory_is_a_directory_even_beside_a_same_named_json_file(
+    run: Path, tmp_path: Path
+) -> None:
+    """``runs/pretrained/`` with a config ``runs/pretrained.json`` beside it."""
+    (tmp_path / "run.json").write_text('{"learning_rate": 0.1}')
+    assert resolve_checkpoint(run) == str(run / "model.ckpt-2")
+    assert resolve_checkpoint(f"{run}/") == str(run / "model.ckpt-2")
+    manifest, _ = read_checkpoint(run)
+    assert manifest.step == 2
+    assert list_variables(run) == [("a", (2, 3)), ("b", (2,))]
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty.json").write_text("{}")
+    with pytest.raises(CheckpointNotFoundError, match="empty is a directory without a checkpoint"):
+        read_checkpoint(tmp_path / "empty")
+
+
+def test_a_directory_on_an_fsspec_filesystem_is_resolved_as_one() -> None:
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    state = TrainState({"a": np.zeros(2, np.float32)})
+    Saver().save(state, "memory://resolve/run/model.ckpt", global_step=3)
+    fs.pipe("/resolve/run.json", b"{}")
+    try:
+        assert resolve_checkpoint("memory://resolve/run") == "memory://resolve/run/model.ckpt-3"
+        assert resolve_checkpoint("memory://resolve/run/model.ckpt-3").endswith("model.ckpt-3")
+    finally:
+        fs.rm("/resolve", recursive=True)
 
 
 def test_damage_and_hostile_files_are_refused(run: Path, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 from ._errors import CheckpointNotFoundError
 from ._format import MANIFEST_SUFFIX, Manifest, check_step_name, read_arrays, read_manifest
 from ._saver import latest_checkpoint, split_save_path
+from ._store import open_store
 
 __all__ = ["list_variables", "read_checkpoint", "resolve_checkpoint"]
 
@@ -24,22 +25,30 @@ __all__ = ["list_variables", "read_checkpoint", "resolve_checkpoint"]
 def resolve_checkpoint(ckpt_dir_or_file: str | os.PathLike[str]) -> str:
     """The checkpoint path ``ckpt_dir_or_file`` names.
 
-    A checkpoint path (``runs/a/model.ckpt-100``) names itself; a directory
-    names its newest checkpoint (:func:`latest_checkpoint`). Raises
-    :class:`CheckpointNotFoundError` when it is neither.
+    A directory names its newest checkpoint (:func:`latest_checkpoint`); any
+    other path names the checkpoint whose manifest ``<path>.json`` sits beside
+    it (``runs/a/model.ckpt-100``). A directory is taken as a directory even when
+    a file ``<directory>.json`` sits beside it (``runs/pretrained/`` and a
+    config ``runs/pretrained.json``). Raises :class:`CheckpointNotFoundError`
+    when it is neither, or a directory without a checkpoint.
     """
     given = os.fspath(ckpt_dir_or_file)
     trimmed = given.rstrip("/") or given
+    if open_store(trimmed).is_directory():
+        found = latest_checkpoint(trimmed)
+        if found is None:
+            raise CheckpointNotFoundError(
+                f"{given} is a directory without a checkpoint (no checkpoint manifest "
+                f"*{MANIFEST_SUFFIX} in it); give a directory holding one, or a checkpoint path"
+            )
+        return found
     store, name = split_save_path(trimmed)
     if name + MANIFEST_SUFFIX in store.list():
         return store.path(name)
-    found = latest_checkpoint(trimmed)
-    if found is None:
-        raise CheckpointNotFoundError(
-            f"{given} is neither a checkpoint (there is no {name}{MANIFEST_SUFFIX} beside it) "
-            "nor a directory holding one"
-        )
-    return found
+    raise CheckpointNotFoundError(
+        f"{given} is neither a checkpoint (there is no {name}{MANIFEST_SUFFIX} beside it) "
+        "nor a directory holding one"
+    )
 
 
 def read_checkpoint(

@@ -134,6 +134,10 @@ class Store:
         """Names of the files directly in the directory (empty if it does not exist)."""
         raise NotImplementedError
 
+    def is_directory(self) -> bool:
+        """Whether the directory exists (as a directory, or a link to one)."""
+        raise NotImplementedError
+
     def write(self, name: str, writer: Writer) -> None:
         """Create or replace ``name`` with what ``writer(file)`` writes."""
         raise NotImplementedError
@@ -224,6 +228,9 @@ class LocalStore(Store):
             ) from exc
         if not os.path.isdir(self._dir):  # pragma: no cover - makedirs raises first
             raise CheckpointDirectoryError(f"checkpoint directory {self.url} is not a directory")
+
+    def is_directory(self) -> bool:
+        return os.path.isdir(self._dir)  # a stat: a FIFO or device is never opened
 
     def list(self) -> list[str]:
         try:
@@ -330,6 +337,9 @@ class FsspecStore(Store):
                 f"checkpoint directory {self.url} does not exist and cannot be created: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
+
+    def is_directory(self) -> bool:
+        return bool(self._fs.isdir(self._root))
 
     def list(self) -> list[str]:
         try:
