@@ -8,6 +8,9 @@ distribution and which hook is at fault.
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 __all__ = [
     "AbortedError",
     "DeadlineExceededError",
@@ -22,6 +25,8 @@ __all__ = [
     "PluginValidationError",
     "UnavailableError",
     "UnsupportedArgumentError",
+    "import_plugin",
+    "install_hint",
 ]
 
 
@@ -96,6 +101,35 @@ class PluginOptionError(PluginError, ValueError):
 
 class MissingPluginError(PluginError):
     """A feature was asked for whose plugin package is not installed (or is disabled)."""
+
+
+def install_hint(distribution: str) -> str:
+    """How to install a plugin distribution of this repository, for error messages.
+
+    The plugin packages live in the repository's ``plugins/`` folder (and are not
+    on a package index yet), so the hint names both ways.
+    """
+    folder = distribution.removeprefix("monitored-")
+    return (
+        f"pip install {distribution}, or from a clone of monitored: pip install ./plugins/{folder}"
+    )
+
+
+def import_plugin(module: str, distribution: str, plugin: str, why: str) -> ModuleType:
+    """Import a plugin's module for a feature of the core, or say how to install it.
+
+    ``why`` says what needed it ("warm_start reads checkpoints"); the
+    :class:`MissingPluginError` names the plugin and its distribution.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingPluginError(
+            f"{why} with the {plugin} plugin, which is not installed "
+            f"({install_hint(distribution)})",
+            plugin=plugin,
+            distribution=distribution,
+        ) from None
 
 
 class UnsupportedArgumentError(MonitoredError, TypeError, ValueError):

@@ -34,6 +34,7 @@ from ._errors import (
     OutOfRangeError,
     PluginError,
     UnavailableError,
+    install_hint,
 )
 from ._fetch import Fetcher, fetch_many
 from ._options import resolve_options
@@ -407,7 +408,7 @@ class MonitoredSession:
             elif not autoload_enabled():
                 why = f"is not loaded: {DISABLE_AUTOLOAD_ENV} is set"
             else:
-                why = f"is not installed (pip install {distribution})"
+                why = f"is not installed ({install_hint(distribution)})"
             raise MissingPluginError(
                 f"MonitoredTrainingSession was asked for {plugin} ({argument}), which the "
                 f"{plugin!r} plugin provides, but it {why}",

@@ -18,7 +18,7 @@ from typing import Any, final
 
 from .._core._basic_hooks import FinalOpsHook
 from .._core._config import TrainingConfig
-from .._core._errors import MissingPluginError, OutOfRangeError
+from .._core._errors import OutOfRangeError, import_plugin
 from .._core._scaffold import Scaffold
 from .._core._session import MonitoredSession
 from .._core._state import TrainState
@@ -108,16 +108,9 @@ class _StopAfterNEvals:
 
 
 def _checkpoint_module(why: str) -> Any:
-    try:
-        import monitored_checkpoint
-    except ImportError:
-        raise MissingPluginError(
-            f"to {why}, monitored.evaluation needs the checkpoint plugin, which is not "
-            "installed (pip install monitored-checkpoint)",
-            plugin="checkpoint",
-            distribution="monitored-checkpoint",
-        ) from None
-    return monitored_checkpoint
+    return import_plugin(
+        "monitored_checkpoint", "monitored-checkpoint", "checkpoint", f"monitored.evaluation {why}s"
+    )
 
 
 def _find_checkpoint(checkpoint_dir: str) -> str:

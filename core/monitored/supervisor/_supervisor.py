@@ -24,7 +24,6 @@ Services that need a plugin package: see :class:`Supervisor`.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import inspect
 import logging
 import os
@@ -37,7 +36,7 @@ import anyio.to_thread
 
 from .._core._config import TrainingConfig
 from .._core._coordinator import Coordinator, ExcInfo, LooperThread
-from .._core._errors import MissingPluginError, UnsupportedArgumentError
+from .._core._errors import MissingPluginError, UnsupportedArgumentError, import_plugin
 from .._core._scaffold import Scaffold, SessionManager
 from .._core._session import MonitoredSession
 from .._core._state import TrainState
@@ -725,13 +724,12 @@ class Supervisor:
 def _plugin(module: str, distribution: str, plugin: str, why: str, remedy: str) -> Any:
     """Import a plugin's module, or raise :class:`MissingPluginError` naming the package."""
     try:
-        return importlib.import_module(module)
-    except ImportError:
+        return import_plugin(module, distribution, plugin, why)
+    except MissingPluginError as exc:
+        if not remedy:
+            raise
         raise MissingPluginError(
-            f"{why}, which needs the {plugin} plugin, but it is not installed "
-            f"(pip install {distribution}){remedy}",
-            plugin=plugin,
-            distribution=distribution,
+            f"{exc}{remedy}", plugin=exc.plugin, distribution=exc.distribution
         ) from None
 
 

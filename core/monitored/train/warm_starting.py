@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .._core._backend import is_device_array
-from .._core._errors import MissingPluginError, MonitoredError, UnsupportedArgumentError
+from .._core._errors import MonitoredError, UnsupportedArgumentError, import_plugin
 from .._core._state import TrainState
 from .optimizers import trainable_variables
 
@@ -188,16 +188,9 @@ def _sources(state: TrainState, selected: list[str], name_map: Mapping[str, str]
 
 
 def _checkpoint_module() -> Any:
-    try:
-        import monitored_checkpoint
-    except ImportError:
-        raise MissingPluginError(
-            "warm_start reads checkpoints with the checkpoint plugin, which is not installed "
-            "(pip install monitored-checkpoint)",
-            plugin="checkpoint",
-            distribution="monitored-checkpoint",
-        ) from None
-    return monitored_checkpoint
+    return import_plugin(
+        "monitored_checkpoint", "monitored-checkpoint", "checkpoint", "warm_start reads checkpoints"
+    )
 
 
 def _check(

@@ -394,6 +394,7 @@ def _checkpoint_module() -> Any:
     except ImportError:
         raise EarlyStoppingConfigError(
             "EarlyStoppingHook: best_checkpoint_dir needs the monitored-checkpoint plugin, "
-            "which is not installed (pip install monitored-checkpoint)"
+            "which is not installed (pip install monitored-checkpoint, or from a clone of "
+            "monitored: pip install ./plugins/checkpoint)"
         ) from None
     return monitored_checkpoint

@@ -409,7 +409,8 @@ def _checkpoint_module() -> Any:
     except ImportError:
         raise NanGuardConfigError(
             "NanTensorHook: on_nan='rollback' restores checkpoints with the "
-            "monitored-checkpoint plugin, which is not installed (pip install monitored-checkpoint)"
+            "monitored-checkpoint plugin, which is not installed (pip install "
+            "monitored-checkpoint, or from a clone of monitored: pip install ./plugins/checkpoint)"
         ) from None
     return monitored_checkpoint
 
