@@ -83,7 +83,9 @@ async def test_checkpoint_dir_without_the_checkpoint_plugin_names_the_package(
     # fake_plugin turns autoloading on and shows only fake distributions: none here.
     sess = monitored.MonitoredTrainingSession(state, checkpoint_dir="runs/a")
     with pytest.raises(
-        monitored.MissingPluginError, match=r"pip install monitored-checkpoint"
+        monitored.MissingPluginError,
+        match=r"pip install monitored-checkpoint, or from a clone of monitored: "
+        r"pip install \./plugins/checkpoint\)",
     ) as info:
         async with sess:
             pytest.fail("must fail at session start")
