@@ -751,3 +751,10 @@ async def test_a_chief_made_by_a_cluster_plugin_runs_the_services(
     assert checkpoints(tmp_path) == [0, 3]
     assert tags(tmp_path)["mine"] == [3]
     assert len([name for name in listing(tmp_path) if name.startswith("events.out")]) == 1
+
+
+def test_a_plain_with_says_to_write_async_with() -> None:
+    sv = Supervisor(logdir=None)
+    plain_with = pytest.raises(TypeError, match=r"write `async with sv.managed_session\(\)")
+    with plain_with, sv.managed_session():
+        pytest.fail("a plain with must not enter")

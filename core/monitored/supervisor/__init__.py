@@ -8,6 +8,6 @@ plugin), queue runners, ``loop`` and ``summary_computed``. See ``docs/supervisor
 """
 
 from ._errors import SummaryFunctionError, SupervisorError
-from ._supervisor import Supervisor
+from ._supervisor import ManagedSession, Supervisor
 
-__all__ = ["SummaryFunctionError", "Supervisor", "SupervisorError"]
+__all__ = ["ManagedSession", "SummaryFunctionError", "Supervisor", "SupervisorError"]

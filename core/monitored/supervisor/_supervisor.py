@@ -29,7 +29,8 @@ import logging
 import os
 import threading
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping
-from typing import Any, Final, final
+from types import TracebackType
+from typing import Any, Final, NoReturn, final
 
 import anyio
 import anyio.to_thread
@@ -46,7 +47,7 @@ from ..data import QueueRunner
 from ..data import start_queue_runners as _start_collection
 from ._services import check_summaries, count_steps, run_summary_function, summary_records
 
-__all__ = ["Supervisor"]
+__all__ = ["ManagedSession", "Supervisor"]
 
 log = logging.getLogger("monitored")
 
@@ -54,6 +55,41 @@ StateFn = Callable[[TrainState], Any]
 
 _CHECKPOINT: Final = ("monitored_checkpoint", "monitored-checkpoint", "checkpoint")
 _SUMMARIES: Final = ("monitored_summaries", "monitored-summaries", "summaries")
+
+
+@final
+class ManagedSession:
+    """What :meth:`Supervisor.managed_session` returns: an ``async with`` block only.
+
+    TF1 code writes ``with sv.managed_session() as sess``; here the session is
+    async, and the plain ``with`` says so instead of failing inside contextlib.
+    """
+
+    __slots__ = ("_manager",)
+
+    def __init__(self, manager: contextlib.AbstractAsyncContextManager[MonitoredSession]) -> None:
+        self._manager = manager
+
+    async def __aenter__(self) -> MonitoredSession:
+        return await self._manager.__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool | None:
+        return await self._manager.__aexit__(exc_type, exc, traceback)
+
+    def __enter__(self) -> NoReturn:
+        raise TypeError(
+            "Supervisor.managed_session() is an async context manager: write "
+            "`async with sv.managed_session() as sess:` inside an `async def main()`, run "
+            "with anyio.run(main), and `await sess.run(step_fn, ...)`"
+        )
+
+    def __exit__(self, *exc_info: object) -> None:  # pragma: no cover - __enter__ raises
+        return None
 
 
 @final
@@ -394,14 +430,13 @@ class Supervisor:
         return self._writer
 
     # -- the managed session ------------------------------------------------------------------
-    @contextlib.asynccontextmanager
-    async def managed_session(
+    def managed_session(
         self,
         master: str = "",
         config: None = None,
         start_standard_services: bool = True,
         close_summary_writer: bool = True,
-    ) -> AsyncIterator[MonitoredSession]:
+    ) -> ManagedSession:
         """``async with sv.managed_session() as sess``: a ready session, closed at the end.
 
         The state is restored from the newest checkpoint of ``logdir`` or
@@ -414,6 +449,12 @@ class Supervisor:
         ``close_summary_writer`` closes the event file at the end.
         """
         refuse_tf1_arguments("Supervisor.managed_session", master=master or None, config=config)
+        return ManagedSession(self._managed(start_standard_services, close_summary_writer))
+
+    @contextlib.asynccontextmanager
+    async def _managed(
+        self, start_standard_services: bool, close_summary_writer: bool
+    ) -> AsyncIterator[MonitoredSession]:
         failed = True
         try:
             session = await self.prepare_or_wait_for_session(
