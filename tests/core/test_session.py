@@ -645,6 +645,32 @@ async def test_plugin_states_are_namespaced_and_versioned(state: TrainState) -> 
             await sess.load_plugin_states(newer)
 
 
+async def test_only_plugins_holding_state_are_said_to_start_fresh(
+    state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Holder:
+        def __init__(self, plugin_name: str, state: dict[str, int] | None) -> None:
+            self.plugin_name = plugin_name
+            self._state = state
+            self.loaded: list[dict[str, int]] = []
+
+        def plugin_state(self) -> dict[str, int] | None:
+            return self._state
+
+        def load_plugin_state(self, state: dict[str, int]) -> None:
+            self.loaded.append(state)
+
+    busy, idle = Holder("busy", {"wait": 2}), Holder("idle", None)
+    async with monitored.MonitoredSession(state, hooks=[busy, idle]) as sess:
+        with caplog.at_level(logging.DEBUG, logger="monitored"):
+            await sess.load_plugin_states({})
+    fresh = [(r.levelno, r.getMessage()) for r in caplog.records if "starts fresh" in r.message]
+    assert [level for level, _ in fresh] == [logging.INFO, logging.DEBUG]
+    assert "hook 'busy'" in fresh[0][1]
+    assert "hook 'idle'" in fresh[1][1]
+    assert busy.loaded == idle.loaded == []
+
+
 async def test_fetch_and_write_summaries(state: TrainState) -> None:
     written = []
 

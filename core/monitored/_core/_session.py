@@ -1000,11 +1000,24 @@ class MonitoredSession:
         return saved
 
     async def load_plugin_states(self, saved: Mapping[str, Mapping[str, Any]]) -> None:
-        """Give each plugin back what :meth:`plugin_states` saved for it."""
-        for call in self._require_plan()["load_plugin_state"]:
+        """Give each plugin back what :meth:`plugin_states` saved for it.
+
+        A plugin with nothing saved starts fresh; that is said (at INFO) only of
+        plugins that hold state now, not of idle ones (an installed early
+        stopping plugin with no ``monitor`` saves nothing and loses nothing).
+        """
+        plan = self._require_plan()
+        holders = {call.plugin_index: call for call in plan["plugin_state"]}
+        for call in plan["load_plugin_state"]:
             entry = saved.get(call.info.name)
             if entry is None:
-                log.info("No saved state for %s; it starts fresh", call.info.describe())
+                holder = holders.get(call.plugin_index)
+                idle = holder is None or await invoke(holder, (self,)) is None
+                log.log(
+                    logging.DEBUG if idle else logging.INFO,
+                    "No saved state for %s; it starts fresh",
+                    call.info.describe(),
+                )
                 continue
             version, mine = entry.get("version", 1), _state_version(call.info.plugin)
             if version > mine:
