@@ -1161,3 +1161,11 @@ async def test_a_fetched_state_entry_is_its_value_after_the_step(state: TrainSta
         await run_steps(sess, 2)
     assert [int(step) for step, _ in hook.results] == [1, 2]
     np.testing.assert_array_equal(hook.results[0][1], [1, 1, 1])
+
+
+def test_a_hook_class_instead_of_an_instance_is_refused_up_front(state: TrainState) -> None:
+    class LogEvery(monitored.SessionRunHook):
+        pass
+
+    with pytest.raises(TypeError, match=r"hooks\[1\] is the class LogEvery.*LogEvery\(\.\.\.\)"):
+        monitored.MonitoredSession(state, hooks=[LogEvery(), LogEvery])

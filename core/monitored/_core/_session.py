@@ -149,6 +149,12 @@ class MonitoredSession:
             raise ValueError(f"max_recoveries must be >= 0 or None, got {max_recoveries}")
         self._state = state if state is not None else TrainState()
         self._hooks = list(hooks or ())
+        for i, hook in enumerate(self._hooks):
+            if inspect.isclass(hook):
+                raise TypeError(
+                    f"hooks[{i}] is the class {hook.__name__}, not a hook object: pass an "
+                    f"instance, {hook.__name__}(...)"
+                )
         self._cluster: Cluster = cluster or LocalCluster(is_chief)
         #: Whether a cluster was given: else an installed plugin may supply one.
         self._cluster_given = cluster is not None
