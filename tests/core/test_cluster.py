@@ -164,4 +164,3 @@ async def test_a_stop_decision_failing_at_close_is_handed_to_the_cluster_once() 
         async with monitored.MonitoredSession(monitored.TrainState(), cluster=cluster):
             raise monitored.OutOfRangeError("input ended before any step")
     assert [type(f) for f in cluster.failed] == [monitored.DeadlineExceededError]
-
