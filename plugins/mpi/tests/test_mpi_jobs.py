@@ -68,6 +68,15 @@ def test_an_exception_on_one_rank_ends_every_rank_naming_the_rank(
     assert message in proc.stderr
 
 
+def test_an_exception_while_closing_ends_the_job_naming_the_rank(run_mpi: Any) -> None:
+    proc, results = run_mpi(2, "train.py", "endfail", "3")
+    assert proc.returncode != 0
+    assert 1 not in results
+    assert "rank 1 of 2 failed at step 3 with RuntimeError: end hook failed on rank 1" in (
+        proc.stderr
+    )
+
+
 def test_a_collective_on_only_some_ranks_times_out_naming_the_collective(run_mpi: Any) -> None:
     proc, results = run_mpi(3, "train.py", "partial", "10", env={"MONITORED_MPI_TIMEOUT": "2"})
     assert proc.returncode != 0

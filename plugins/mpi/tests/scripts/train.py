@@ -37,6 +37,12 @@ class FailOnRank:
             raise ValueError("boom on the last rank")
 
 
+class EndFailsOnRank1:
+    def end(self, session):
+        if RANK == 1:
+            raise RuntimeError("end hook failed on rank 1")
+
+
 class SigtermOnRank1At5:
     def after_run(self, run_context, run_values):
         if RANK == 1 and run_context.session.state.global_step == 5:
@@ -107,6 +113,7 @@ async def main() -> None:
         "fail": [FailOnRank()],
         "sigterm": [SigtermOnRank1At5()],
         "partial": [CollectiveOnRank0()],
+        "endfail": [EndFailsOnRank1()],
     }.get(SCENARIO, [])
     checkpoint_dir = os.environ.get("CKPT_DIR")
     draws = []
