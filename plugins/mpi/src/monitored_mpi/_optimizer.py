@@ -239,24 +239,28 @@ class DistributedOptimizer:
 
 
 def _layout_entry(name: str, grad: Any) -> tuple[Any, ...]:
-    """What must agree between ranks about the gradient of ``name``."""
+    """What must agree between ranks about the gradient of ``name``.
+
+    Dtype objects, not their names: ``str(dtype)`` costs microseconds, and this
+    runs for every variable at every step.
+    """
     if grad is None:
         return (name, None)
     if isinstance(grad, IndexedSlices):
         values = grad.values
-        return (name, "sparse", str(values.dtype), tuple(values.shape[1:]), grad.dense_shape)
+        return (name, "sparse", values.dtype, values.shape[1:], grad.dense_shape)
     if not (hasattr(grad, "dtype") and hasattr(grad, "shape")):
         grad = np.asarray(grad)
-    return (name, str(grad.dtype), tuple(grad.shape))
+    return (name, grad.dtype, grad.shape)
 
 
 def _show_entry(entry: tuple[Any, ...]) -> str:
     if entry[1] is None:
         return "no gradient (None)"
-    if entry[1] == "sparse":
+    if isinstance(entry[1], str):  # "sparse"
         _, _, dtype, row_shape, dense_shape = entry
-        return f"sparse {dtype} rows of shape {row_shape} of {tuple(dense_shape)}"
-    return f"{entry[1]} {entry[2]}"
+        return f"sparse {dtype} rows of shape {tuple(row_shape)} of {tuple(dense_shape)}"
+    return f"{entry[1]} {tuple(entry[2])}"
 
 
 def _layout_problems(chief: str, mine: str) -> list[str]:
