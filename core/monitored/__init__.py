@@ -44,7 +44,7 @@ from ._core._run import RunOptions, SessionRunArgs, SessionRunContext, SessionRu
 from ._core._scaffold import Scaffold, SessionManager
 from ._core._session import MonitoredSession, RawSession, SingularMonitoredSession, StepContext
 from ._core._session_run_hook import SessionRunHook
-from ._core._state import TrainState
+from ._core._state import TrainState, decode_rng_state, encode_rng_state
 from ._core._timer import SecondOrStepTimer
 from ._core._training_session import USE_DEFAULT, MonitoredTrainingSession
 from .data import (
@@ -189,6 +189,8 @@ __all__ = [
     "compute_gradient_error",
     "cosine_decay",
     "cosine_decay_restarts",
+    "decode_rng_state",
+    "encode_rng_state",
     "ensure_zero_debias",
     "evaluate_once",
     "evaluate_repeatedly",

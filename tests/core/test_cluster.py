@@ -136,3 +136,31 @@ async def test_a_worker_leaves_out_chief_only_hooks(
     assert everywhere.begun
     assert not chief_only.begun
     assert not any("StepCounterHook" in name for name in names)
+
+
+class _EndFails:
+    def end(self, session: Any) -> None:
+        raise KeyError("end hook broke")
+
+
+async def test_an_exception_raised_while_closing_is_handed_to_the_cluster_once() -> None:
+    cluster = _Voting(is_chief=True)
+    with pytest.raises(KeyError, match="end hook broke"):
+        async with monitored.MonitoredSession(
+            monitored.TrainState(), cluster=cluster, hooks=[_EndFails()]
+        ) as sess:
+            await sess.run(_step)
+    assert [str(f) for f in cluster.failed] == ["'end hook broke'"]
+
+
+async def test_a_stop_decision_failing_at_close_is_handed_to_the_cluster_once() -> None:
+    cluster = _Voting(is_chief=False)
+
+    def timeout(local: bool) -> bool:
+        raise monitored.DeadlineExceededError("the stop decision timed out")
+
+    cluster.agree_to_stop = timeout  # type: ignore[method-assign]
+    with pytest.raises(monitored.DeadlineExceededError, match="the stop decision timed out"):
+        async with monitored.MonitoredSession(monitored.TrainState(), cluster=cluster):
+            raise monitored.OutOfRangeError("input ended before any step")
+    assert [type(f) for f in cluster.failed] == [monitored.DeadlineExceededError]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
 
-from monitored import TrainState
+from monitored import TrainState, decode_rng_state, encode_rng_state
 
 
 def test_entries_must_be_arrays() -> None:
@@ -75,6 +76,35 @@ def test_rng_state_of_another_bit_generator_is_refused() -> None:
     state = TrainState(rng=np.random.Generator(np.random.MT19937(0)))
     with pytest.raises(ValueError, match="'PCG64', but this TrainState uses 'MT19937'"):
         state.rng_state = TrainState(seed=0).rng_state
+
+
+@pytest.mark.parametrize(
+    "generator", [np.random.PCG64, np.random.MT19937, np.random.Philox, np.random.SFC64]
+)
+def test_every_bit_generator_state_survives_json_encoded(generator: Any) -> None:
+    state = TrainState(rng=np.random.Generator(generator(7)))
+    state.rng.random(3)
+    encoded = json.loads(json.dumps(encode_rng_state(state.rng_state)))
+    other = TrainState(rng=np.random.Generator(generator(99)))
+    other.rng_state = decode_rng_state(encoded)
+    assert other.rng.random(5).tolist() == state.rng.random(5).tolist()
+
+
+@pytest.mark.parametrize(
+    ("array", "message"),
+    [
+        ({"__ndarray__": "S" + "9" * 100, "data": []}, r"the dtype 'S9{75}\.\.\.$"),
+        ({"__ndarray__": "uint64", "data": [1] * 70_000}, "at most 65536 items"),
+        ({"__ndarray__": "uint32", "data": "1234"}, "at most 65536 items"),
+        ({"__ndarray__": "uint32", "data": [1, 2.5]}, "holds non-integers"),
+        ({"__ndarray__": "uint32", "data": [True]}, "holds non-integers"),
+    ],
+)
+def test_a_hostile_encoded_rng_state_is_refused_before_allocating(
+    array: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        decode_rng_state({"bit_generator": "Philox", "state": {"key": [array]}})
 
 
 # -- the trainable marker (issue 17, gap 7) ---------------------------------------------------

@@ -304,6 +304,18 @@ class MonitoredSession:
         self._should_stop = True
         self._coord._closing = True
         try:
+            await self._close_open(failure)
+        except BaseException as exc:
+            # What escapes the close (a stop decision timing out, an ``end`` hook, a
+            # background task) is this process's failure as much as one known before.
+            self._cluster.fail(exc)
+            raise
+        if failure is not None:
+            self._cluster.fail(failure)
+
+    async def _close_open(self, failure: BaseException | None) -> None:
+        """Close the open session: ``end`` unless ``failure``, then the background tasks."""
+        try:
             if failure is None:
                 if not self._stop_agreed and not isinstance(self._cluster, LocalCluster):
                     # An end of input (or a close) that no step agreed on: meet the
@@ -328,11 +340,7 @@ class MonitoredSession:
                     # state (evaluation after training) may add entries in begin.
                     self._state.unfinalize()
                 with anyio.CancelScope(shield=True):
-                    try:
-                        await self._join(failure)
-                    finally:
-                        if failure is not None:
-                            self._cluster.fail(failure)
+                    await self._join(failure)
 
     async def _join(self, failure: BaseException | None) -> None:
         try:

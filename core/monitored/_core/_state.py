@@ -20,13 +20,18 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
-from typing import Any, final
+from typing import Any, Final, TypeGuard, final
 
 import numpy as np
 
 from ._backend import is_array, is_device_array
 
-__all__ = ["TrainState"]
+__all__ = ["TrainState", "decode_rng_state", "encode_rng_state"]
+
+#: dtypes of the arrays inside NumPy's bit generator states, and the most items one
+#: may have (MT19937's key, the largest, has 624).
+_RNG_DTYPES: Final = frozenset({"uint32", "uint64"})
+_RNG_MAX_ITEMS: Final = 1 << 16
 
 
 @final
@@ -216,7 +221,12 @@ class TrainState(MutableMapping[str, Any]):
     # -- RNG ------------------------------------------------------------------------
     @property
     def rng_state(self) -> dict[str, Any]:
-        """The generator's complete state, JSON-serializable (for checkpoints)."""
+        """The generator's complete state, as NumPy gives it.
+
+        PCG64's is plain JSON; Philox's, MT19937's and SFC64's hold NumPy arrays:
+        :func:`encode_rng_state` makes any of them JSON, :func:`decode_rng_state`
+        turns that back into a value this property accepts.
+        """
         return dict(self.rng.bit_generator.state)
 
     @rng_state.setter
@@ -232,6 +242,57 @@ class TrainState(MutableMapping[str, Any]):
     def __repr__(self) -> str:
         entries = ", ".join(f"{name}: {_describe(v)}" for name, v in self._arrays.items())
         return f"TrainState(global_step={self.global_step}, {{{entries}}})"
+
+
+def encode_rng_state(value: Any) -> Any:
+    """``value`` (``TrainState.rng_state``) with NumPy arrays and scalars made JSON values.
+
+    Arrays become ``{"__ndarray__": dtype, "data": [...]}``, which
+    :func:`decode_rng_state` turns back into arrays; what a checkpoint manifest or
+    a message to other processes carries.
+    """
+    if isinstance(value, np.ndarray):
+        return {"__ndarray__": value.dtype.name, "data": value.tolist()}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Mapping):
+        return {str(k): encode_rng_state(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [encode_rng_state(v) for v in value]
+    return value
+
+
+def decode_rng_state(value: Any) -> Any:
+    """Undo :func:`encode_rng_state`.
+
+    The value may come from a file someone else wrote: arrays are rebuilt only
+    with an allow-listed dtype (``uint32``, ``uint64``) from a flat list of at
+    most 65536 integers, so the input never chooses how much memory is
+    allocated. ``ValueError`` says what is wrong.
+    """
+    if isinstance(value, dict):
+        if "__ndarray__" in value:
+            dtype, data = value["__ndarray__"], value.get("data")
+            if dtype not in _RNG_DTYPES:
+                raise ValueError(f"an RNG array has the dtype {_short(dtype)}")
+            if not isinstance(data, list) or len(data) > _RNG_MAX_ITEMS:
+                raise ValueError("an RNG array's data is not a list of at most 65536 items")
+            if not all(_is_int(v) for v in data):
+                raise ValueError("an RNG array's data holds non-integers")
+            return np.asarray(data, dtype=np.dtype(dtype))
+        return {k: decode_rng_state(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [decode_rng_state(v) for v in value]
+    return value
+
+
+def _short(value: object) -> str:
+    text = repr(value)  # from someone else's file: may be huge
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _describe(array: Any) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -133,4 +134,50 @@ def test_state_problems_name_each_array() -> None:
         "array 'w' has shape (4,) here, (3,) on the chief",
         "array 'w' has dtype float64 here, float32 on the chief",
         "array 'w' is not trainable here, trainable on the chief",
+    ]
+
+
+def test_a_plugin_state_json_cannot_hold_is_refused_naming_the_plugin() -> None:
+    from monitored_mpi._share import encode_manifest
+
+    state = monitored.TrainState(rng=np.random.Generator(np.random.Philox(3)))
+    good = json.loads(encode_manifest(state, {"early": {"version": 1, "state": {"best": 1.0}}}))
+    assert monitored.decode_rng_state(good["rng"])["bit_generator"] == "Philox"
+    with pytest.raises(
+        monitored_mpi.UnshareableStateError,
+        match="the state of plugin 'early' cannot be sent to the other ranks: it must be JSON",
+    ):
+        encode_manifest(state, {"early": {"version": 1, "state": {"when": object()}}})
+
+
+def test_entries_of_the_chiefs_init_fn_are_created_here() -> None:
+    from monitored_mpi._share import _create_entries
+
+    state = monitored.TrainState({"w": np.ones(2)})
+    manifest = {"arrays": {"w": [[2], "float64", True], "p": [[2, 3], "float32", False]}}
+    _create_entries(state, manifest, 1)
+    assert (state["p"].shape, state["p"].dtype, state.is_trainable("p")) == (
+        (2, 3),
+        np.float32,
+        False,
+    )
+    assert state["w"].tolist() == [1.0, 1.0]
+    with pytest.raises(
+        monitored_mpi.StateMismatchError,
+        match="rank 1: array 'q', which the chief's init_fn creates, has dtype float99",
+    ):
+        _create_entries(state, {"arrays": {"q": [[1], "float99", True]}}, 1)
+
+
+def test_gradient_layouts_are_compared_naming_the_variables() -> None:
+    from monitored_mpi._optimizer import _layout_problems
+
+    chief = "compression None\nw\tfloat32 (3,)\nb\tfloat32 ()"
+    assert _layout_problems(chief, chief) == []
+    assert _layout_problems(chief, "compression None\nb\tfloat32 ()\nw\tfloat32 (3,)") == [
+        "the variables in the order ['b', 'w'], rank 0 in the order ['w', 'b']"
+    ]
+    assert _layout_problems(chief, "compression fp16\nw\tfloat32 (3,)") == [
+        "compression fp16 here, compression None on rank 0",
+        "no gradient for 'b' here (rank 0 passes one)",
     ]

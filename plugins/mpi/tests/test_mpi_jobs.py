@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 
@@ -12,14 +13,24 @@ def _ok(proc: Any) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("n", [2, 3])
-def test_every_rank_trains_the_same_model_from_the_chiefs_state(run_mpi: Any, n: int) -> None:
-    proc, results = run_mpi(n, "train.py", "plain", "10")
+@pytest.mark.parametrize(("n", "bit_generator"), [(2, "PCG64"), (3, "Philox")])
+def test_every_rank_trains_the_same_model_from_the_chiefs_state(
+    run_mpi: Any, n: int, bit_generator: str
+) -> None:
+    proc, results = run_mpi(n, "train.py", "plain", "10", env={"BIT_GENERATOR": bit_generator})
     _ok(proc)
     assert sorted(results) == list(range(n))
     assert [r["chief"] for r in results.values()] == [True] + [False] * (n - 1)
     assert {r["step"] for r in results.values()} == {10}
-    assert all(r["w"] == results[0]["w"] and r["b"] == results[0]["b"] for r in results.values())
+    chief = results[0]
+    for name in ("w", "b", "fortran", "transposed", "pretrained"):
+        assert all(r[name] == chief[name] for r in results.values()), name
+    # Filled by the chief's init_fn: non-zero, and the same bytes on every rank whatever
+    # the memory order of the workers' own arrays (Fortran, transposed).
+    assert 0.0 not in np.ravel(chief["fortran"] + chief["transposed"] + chief["pretrained"])
+    # init_fn ran on the chief only; its new entry reached the workers, not trainable.
+    assert [r["init_ran"] for r in results.values()] == [True] + [False] * (n - 1)
+    assert not any(r["pretrained_trainable"] for r in results.values())
     draws = [tuple(r["draws"]) for r in results.values()]
     assert len(set(draws)) == n, "each rank must draw its own random numbers"
 
@@ -55,6 +66,15 @@ def test_an_exception_on_one_rank_ends_every_rank_naming_the_rank(
     assert results == {}, "no rank may finish normally"
     assert f"rank {rank} of 3 failed at step" in proc.stderr
     assert message in proc.stderr
+
+
+def test_an_exception_while_closing_ends_the_job_naming_the_rank(run_mpi: Any) -> None:
+    proc, results = run_mpi(2, "train.py", "endfail", "3")
+    assert proc.returncode != 0
+    assert 1 not in results
+    assert "rank 1 of 2 failed at step 3 with RuntimeError: end hook failed on rank 1" in (
+        proc.stderr
+    )
 
 
 def test_a_collective_on_only_some_ranks_times_out_naming_the_collective(run_mpi: Any) -> None:
@@ -110,6 +130,9 @@ def test_a_resumed_distributed_run_ends_bitwise_identical_to_an_uninterrupted_on
     _ok(first)
     second, resumed = run_mpi(2, "train.py", "plain", "12", env=env)
     _ok(second)
+    # The resumed chief restored instead of running init_fn; all else is bitwise equal.
+    assert [r.pop("init_ran") for r in resumed.values()] == [False, False]
+    assert [r.pop("init_ran") for r in whole_results.values()] == [True, False]
     assert resumed == whole_results
 
 
@@ -129,6 +152,24 @@ def test_collectives_and_the_distributed_optimizer_average_over_ranks(run_mpi: A
         assert r["e"] == [[0.0, 0.0], [-1 / 3, -1 / 3], [-2 / 3, -2 / 3], [0.0, 0.0]]
         assert r["fp16"] == [[1.0, 1.0], "<f8"]
     assert all(r == results[0] for r in results.values())
+    refusals = results[0]["refusals"]
+    assert refusals["allreduce_dtype"].startswith(
+        "allreduce 'g': the ranks pass different arrays; every rank must pass the same dtype "
+        "and shape:\n  rank 0: float64 (3,)\n  rank 1: float32 (3,)\n  rank 2: float32 (3,)"
+    )
+    assert "rank 1: float64 (2,)\n  rank 2: float64 (3,)" in refusals["allreduce_shape"]
+    assert "broadcast 'broadcast'" in refusals["broadcast"]
+    assert "rank 2: float64 (3, 1)" in refusals["broadcast"]
+    assert "same shape after the first axis" in refusals["allgather"]
+    assert "rank 1: float64 rows of shape (3,)" in refusals["allgather"]
+    assert refusals["optimizer_same"] is None
+    changed = refusals["optimizer_changed"]
+    assert "DistributedOptimizer: the ranks pass different gradients" in changed
+    assert "rank 1: 'v': no gradient (None) here, float64 (2, 2) on rank 0" in changed
+    assert "rank 2: 'w': float32 (3,) here, float64 (3,) on rank 0" in changed
+    names = refusals["optimizer_names"]
+    assert "rank 1: a gradient for 'x', which rank 0 does not pass" in names
+    assert "rank 2: a gradient for 'x'" in names
 
 
 def test_the_distributed_example_learns_on_two_ranks(run_mpi: Any) -> None:

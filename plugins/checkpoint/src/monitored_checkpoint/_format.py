@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Final, Protocol, TypeGuard, cas
 
 import numpy as np
 
-from monitored import is_device_array
+from monitored import decode_rng_state, encode_rng_state, is_device_array
 
 from ._errors import (
     CheckpointError,
@@ -134,9 +134,6 @@ _ITEMSIZE: Final = {
 }
 #: NumPy's bit generators: the only RNG states a checkpoint may hold.
 _BIT_GENERATORS: Final = frozenset({"PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64"})
-#: dtypes of the arrays inside their states, and the most items one may have.
-_RNG_DTYPES: Final = frozenset({"uint32", "uint64"})
-_RNG_MAX_ITEMS: Final = 1 << 16
 _MAX_STEP: Final = (1 << 63) - 1
 #: Larger than any file or dimension can be (2**62 bytes), small enough for int64.
 _MAX_FILE: Final = 1 << 62
@@ -299,7 +296,7 @@ def take_snapshot(
         state.global_step,
         arrays,
         modules,
-        _json_copy(encode_rng(state.rng_state), "the RNG state"),
+        _json_copy(encode_rng_state(state.rng_state), "the RNG state"),
         {
             plugin: _json_copy(dict(entry), f"the state of plugin {plugin!r}")
             for plugin, entry in (plugin_states or {}).items()
@@ -314,42 +311,6 @@ def _json_copy(value: Any, what: str) -> Any:
         raise CheckpointError(
             f"{what} cannot be saved in a checkpoint manifest: it must be JSON-serializable ({exc})"
         ) from exc
-
-
-def encode_rng(value: Any) -> Any:
-    """The RNG state with NumPy arrays and scalars made JSON values (tagged to decode)."""
-    if isinstance(value, np.ndarray):
-        return {"__ndarray__": value.dtype.name, "data": value.tolist()}
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, Mapping):
-        return {str(k): encode_rng(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [encode_rng(v) for v in value]
-    return value
-
-
-def decode_rng(value: Any) -> Any:
-    """Undo :func:`encode_rng`.
-
-    Arrays are rebuilt only with an allow-listed dtype (``uint32``, ``uint64``)
-    from a flat list of at most 65536 integers: the manifest never chooses how
-    much memory is allocated. ``ValueError`` says what is wrong.
-    """
-    if isinstance(value, dict):
-        if "__ndarray__" in value:
-            dtype, data = value["__ndarray__"], value.get("data")
-            if dtype not in _RNG_DTYPES:
-                raise ValueError(f"an RNG array has the dtype {_show(dtype)}")
-            if not isinstance(data, list) or len(data) > _RNG_MAX_ITEMS:
-                raise ValueError("an RNG array's data is not a list of at most 65536 items")
-            if not all(_is_int(v) for v in data):
-                raise ValueError("an RNG array's data holds non-integers")
-            return np.asarray(data, dtype=np.dtype(dtype))
-        return {k: decode_rng(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [decode_rng(v) for v in value]
-    return value
 
 
 # -- the manifest ---------------------------------------------------------------------------------
@@ -394,7 +355,7 @@ class Manifest:
     @property
     def rng_state(self) -> dict[str, Any]:
         """The RNG state, ready for ``TrainState.rng_state``."""
-        decoded: dict[str, Any] = decode_rng(self.rng)
+        decoded: dict[str, Any] = decode_rng_state(self.rng)
         return decoded
 
 
@@ -779,7 +740,7 @@ def _parse_rng(rng: Any) -> dict[str, Any]:
         raise _Invalid(f"the RNG's bit generator {_show(kind)} is not one of NumPy's")
     try:
         trial = getattr(np.random, kind)()
-        trial.state = decode_rng(rng)
+        trial.state = decode_rng_state(rng)
     except (TypeError, ValueError, KeyError, OverflowError, AttributeError, IndexError) as exc:
         raise _Invalid(f"the RNG state is not a valid {kind} state ({_show(str(exc))})") from None
     return rng

@@ -11,10 +11,12 @@ from ._cluster import MPICluster
 from ._collectives import allgather, allreduce, broadcast, merge_metrics
 from ._errors import (
     ChiefTimeoutError,
+    CollectiveMismatchError,
     CollectiveTimeoutError,
     MPIError,
     MPIUnavailableError,
     StateMismatchError,
+    UnshareableStateError,
 )
 from ._optimizer import DistributedOptimizer
 from ._share import jump_rng
@@ -23,12 +25,14 @@ from ._world import TIMEOUT_ENV, World, launched_by_mpi, world
 __all__ = [
     "TIMEOUT_ENV",
     "ChiefTimeoutError",
+    "CollectiveMismatchError",
     "CollectiveTimeoutError",
     "DistributedOptimizer",
     "MPICluster",
     "MPIError",
     "MPIUnavailableError",
     "StateMismatchError",
+    "UnshareableStateError",
     "World",
     "allgather",
     "allreduce",

@@ -10,10 +10,12 @@ from monitored import DeadlineExceededError, MonitoredError
 
 __all__ = [
     "ChiefTimeoutError",
+    "CollectiveMismatchError",
     "CollectiveTimeoutError",
     "MPIError",
     "MPIUnavailableError",
     "StateMismatchError",
+    "UnshareableStateError",
 ]
 
 
@@ -27,6 +29,14 @@ class MPIUnavailableError(MPIError):
 
 class StateMismatchError(MPIError):
     """The ranks' states differ in names, shapes or dtypes when the chief's is shared."""
+
+
+class CollectiveMismatchError(MPIError):
+    """The ranks passed arrays of different dtypes or shapes (or layouts) to one collective."""
+
+
+class UnshareableStateError(MPIError):
+    """The chief's state cannot be sent to the other ranks (a plugin state not JSON)."""
 
 
 class CollectiveTimeoutError(MPIError):

@@ -7,6 +7,15 @@ divided by their number; ``IndexedSlices`` are gathered from every rank (rows
 and indices concatenated, values divided by the number of ranks). With
 ``compression="fp16"`` the floating gradients travel as float16, gathered and
 summed in rank order in float32, so every rank computes the same average.
+
+Before the gradients travel, the ranks compare a checksum of their layout (the
+variables' names, order, dtypes and shapes, which gradients are sparse or
+``None``), one allgather of 16 bytes per step: ranks that pass different
+variables would otherwise exchange buffers of different sizes, which MPI turns
+into garbage. The checksum is computed again only when this rank's layout
+changes; the comparison runs every step, since a layout may change on one rank
+only (a gradient that is ``None`` there), and a check run on some ranks only
+would itself be a collective called by some ranks only.
 """
 
 from __future__ import annotations
@@ -19,7 +28,8 @@ import numpy as np
 from monitored import IndexedSlices, TrainState
 from monitored.train import Optimizer
 
-from ._collectives import allgather
+from ._collectives import allgather, mismatch, signature
+from ._errors import CollectiveMismatchError
 from ._host import host as host_of
 from ._host import like
 from ._world import World, world
@@ -35,7 +45,15 @@ class DistributedOptimizer:
     name). Alone (no ``mpiexec``), gradients pass through untouched.
     """
 
-    __slots__ = ("_buffers", "_compression", "_optimizer", "_world")
+    __slots__ = (
+        "_buffers",
+        "_compression",
+        "_layout",
+        "_layout_signature",
+        "_layout_text",
+        "_optimizer",
+        "_world",
+    )
 
     def __init__(
         self,
@@ -59,6 +77,10 @@ class DistributedOptimizer:
         #: Receive buffers by (dtype, size), reused from step to step by apply_gradients
         #: (a fresh 40 MB buffer per step costs its page faults every step).
         self._buffers: dict[tuple[str, int], np.ndarray[Any, Any]] = {}
+        #: The layout of the last call's gradients, its text and that text's signature.
+        self._layout: tuple[tuple[Any, ...], ...] | None = None
+        self._layout_text = ""
+        self._layout_signature = np.zeros(2, dtype=np.int64)
 
     @property
     def optimizer(self) -> Optimizer:
@@ -128,9 +150,34 @@ class DistributedOptimizer:
         pairs = [(name, grad) for grad, name in grads_and_vars]
         return [(grad, name) for name, grad in self._average(pairs, w, reuse_buffers)]
 
+    def _check_layout(self, pairs: list[tuple[str, Any]], w: World) -> None:
+        """Raise :class:`CollectiveMismatchError` unless every rank passes this layout."""
+        layout = tuple(_layout_entry(name, grad) for name, grad in pairs)
+        if layout != self._layout:
+            text = "\n".join(f"{entry[0]}\t{_show_entry(entry)}" for entry in layout)
+            self._layout_text = f"compression {self._compression}\n{text}"
+            self._layout_signature = np.array(signature(self._layout_text), dtype=np.int64)
+            self._layout = layout
+        signatures = np.empty((w.size, 2), dtype=np.int64)
+        what = "DistributedOptimizer: comparing the gradients' layouts"
+        w.wait(w.comm.Iallgather(self._layout_signature, signatures), what)
+        texts = mismatch(signatures, self._layout_text, what, w)
+        if texts is not None:
+            lines = [
+                f"rank {rank}: {problem}"
+                for rank, text in enumerate(texts)
+                for problem in _layout_problems(texts[0], text)
+            ]
+            raise CollectiveMismatchError(
+                "DistributedOptimizer: the ranks pass different gradients; every rank must "
+                "pass the same variables in the same order, with the same dtypes and shapes "
+                "(and the same compression):\n  " + "\n  ".join(lines)
+            )
+
     def _average(
         self, pairs: list[tuple[str, Any]], w: World, reuse: bool
     ) -> list[tuple[str, Any]]:
+        self._check_layout(pairs, w)
         result: dict[str, Any] = {}
         dense: dict[np.dtype[Any], list[tuple[str, Any]]] = {}
         for name, grad in pairs:
@@ -189,3 +236,57 @@ class DistributedOptimizer:
         return IndexedSlices(
             like(host_values, grad.values), like(host_indices, grad.indices), grad.dense_shape
         )
+
+
+def _layout_entry(name: str, grad: Any) -> tuple[Any, ...]:
+    """What must agree between ranks about the gradient of ``name``.
+
+    Dtype objects, not their names: ``str(dtype)`` costs microseconds, and this
+    runs for every variable at every step.
+    """
+    if grad is None:
+        return (name, None)
+    if isinstance(grad, IndexedSlices):
+        values = grad.values
+        return (name, "sparse", values.dtype, values.shape[1:], grad.dense_shape)
+    if not (hasattr(grad, "dtype") and hasattr(grad, "shape")):
+        grad = np.asarray(grad)
+    return (name, grad.dtype, grad.shape)
+
+
+def _show_entry(entry: tuple[Any, ...]) -> str:
+    if entry[1] is None:
+        return "no gradient (None)"
+    if isinstance(entry[1], str):  # "sparse"
+        _, _, dtype, row_shape, dense_shape = entry
+        return f"sparse {dtype} rows of shape {tuple(row_shape)} of {tuple(dense_shape)}"
+    return f"{entry[1]} {tuple(entry[2])}"
+
+
+def _layout_problems(chief: str, mine: str) -> list[str]:
+    """How the layout text ``mine`` differs from rank 0's ``chief``, naming the variables."""
+    if mine == chief:
+        return []
+    chief_setting, *chief_lines = chief.split("\n")
+    my_setting, *my_lines = mine.split("\n")
+    theirs = dict(line.split("\t", 1) for line in chief_lines if line)
+    ours = dict(line.split("\t", 1) for line in my_lines if line)
+    problems = [f"{my_setting} here, {chief_setting} on rank 0"] * (my_setting != chief_setting)
+    problems += [
+        f"no gradient for {name!r} here (rank 0 passes one)"
+        for name in sorted(theirs.keys() - ours.keys())
+    ]
+    problems += [
+        f"a gradient for {name!r}, which rank 0 does not pass"
+        for name in sorted(ours.keys() - theirs.keys())
+    ]
+    problems += [
+        f"{name!r}: {desc} here, {theirs[name]} on rank 0"
+        for name, desc in ours.items()
+        if name in theirs and theirs[name] != desc
+    ]
+    if not problems:
+        problems.append(
+            f"the variables in the order {list(ours)}, rank 0 in the order {list(theirs)}"
+        )
+    return problems

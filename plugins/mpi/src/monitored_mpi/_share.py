@@ -7,27 +7,39 @@ that every rank raises the same :class:`StateMismatchError` naming the arrays
 and the ranks. Then each array is broadcast from the chief. Each rank's RNG is
 the chief's jumped ``rank`` times, so ranks draw different numbers, and a run
 resumed from the chief's checkpoint gets the same per-rank streams again.
+
+As TF1's workers, the other ranks never run ``Scaffold.init_fn``: it may read
+files that only the chief's machine has (a ``warm_start`` from a pretrained
+checkpoint). The entries it creates on the chief are created on the other
+ranks from the manifest, with the chief's shapes, dtypes and trainable flags,
+and filled by the broadcast.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from monitored import TrainState, is_device_array
+from monitored import TrainState, decode_rng_state, encode_rng_state, is_device_array
 
 from ._collectives import exchange_bytes
-from ._errors import ChiefTimeoutError, CollectiveTimeoutError, MPIError, StateMismatchError
+from ._errors import (
+    ChiefTimeoutError,
+    CollectiveTimeoutError,
+    MPIError,
+    StateMismatchError,
+    UnshareableStateError,
+)
 from ._host import host as host_of
 from ._world import World
 
 if TYPE_CHECKING:
     from monitored import MonitoredSession
 
-__all__ = ["describe", "jump_rng", "share_state"]
+__all__ = ["describe", "encode_manifest", "jump_rng", "share_state"]
 
 
 def describe(state: TrainState) -> dict[str, list[Any]]:
@@ -36,6 +48,52 @@ def describe(state: TrainState) -> dict[str, list[Any]]:
         name: [list(np.shape(value)), str(value.dtype), state.is_trainable(name)]
         for name, value in state.items()
     }
+
+
+def encode_manifest(state: TrainState, plugin_states: Mapping[str, Any]) -> bytes:
+    """The chief's manifest as JSON: arrays, array modules, global step, RNG, plugin states.
+
+    A plugin state that JSON cannot hold is an :class:`UnshareableStateError`
+    naming the plugin (as the checkpoint plugin refuses to save it).
+    """
+    for plugin, entry in plugin_states.items():
+        try:
+            json.dumps(entry)
+        except (TypeError, ValueError) as exc:
+            raise UnshareableStateError(
+                f"the state of plugin {plugin!r} cannot be sent to the other ranks: it must "
+                f"be JSON-serializable ({exc})"
+            ) from exc
+    manifest = {
+        "arrays": describe(state),
+        "modules": {name: "cupy" for name, value in state.items() if is_device_array(value)},
+        "global_step": state.global_step,
+        "rng": encode_rng_state(state.rng_state),
+        "plugins": dict(plugin_states),
+    }
+    return json.dumps(manifest).encode()
+
+
+def _create_entries(state: TrainState, manifest: Mapping[str, Any], rank: int) -> None:
+    """Add the chief's entries that ``init_fn`` created there and this rank lacks."""
+    modules = manifest.get("modules", {})
+    for name, (shape, dtype_name, trainable) in manifest["arrays"].items():
+        if name in state:
+            continue
+        try:
+            dtype = np.dtype(dtype_name)
+        except TypeError:
+            raise StateMismatchError(
+                f"rank {rank}: array {name!r}, which the chief's init_fn creates, has dtype "
+                f"{dtype_name}, which NumPy cannot name here; create it before the session "
+                "(in the TrainState or a hook's begin) on every rank"
+            ) from None
+        value: Any = np.empty(tuple(shape), dtype)
+        if modules.get(name) == "cupy":
+            import cupy
+
+            value = cupy.empty(tuple(shape), dtype)
+        state.add(name, value, trainable=bool(trainable))
 
 
 def _problems(chief: dict[str, list[Any]], mine: dict[str, list[Any]]) -> list[str]:
@@ -63,22 +121,9 @@ async def share_state(world: World, session: MonitoredSession, max_wait_secs: fl
     """Broadcast the chief's state to every rank (called on all ranks)."""
     state = session.state
     chief = world.rank == 0
-    init_fn = session.scaffold.init_fn
-    if not chief and not state.initialized and init_fn is not None:
-        # The entries init_fn adds must exist here too; their values come from the chief.
-        created = init_fn(state)
-        if inspect.isawaitable(created):
-            await created
-    mine = describe(state)
-    payload = b""
-    if chief:
-        manifest = {
-            "arrays": mine,
-            "global_step": state.global_step,
-            "rng": state.rng_state,
-            "plugins": await session.plugin_states(),
-        }
-        payload = json.dumps(manifest).encode()
+    # Where the chief ran init_fn, it may have created entries that this rank has not.
+    creates = not chief and not state.initialized and session.scaffold.init_fn is not None
+    payload = encode_manifest(state, await session.plugin_states()) if chief else b""
     try:
         # The first exchange is where workers wait for the chief to create the state.
         payloads = exchange_bytes(payload, "sharing the chief's state", world, max_wait_secs)
@@ -89,7 +134,11 @@ async def share_state(world: World, session: MonitoredSession, max_wait_secs: fl
             "initialize, or does not run a session"
         ) from exc
     manifest = json.loads(payloads[0])
-    report = [] if chief else _problems(manifest["arrays"], mine)
+    report: list[str] = []
+    if not chief:
+        if creates:
+            _create_entries(state, manifest, world.rank)
+        report = _problems(manifest["arrays"], describe(state))
     reports = exchange_bytes(json.dumps(report).encode(), "checking the states", world)
     lines = [
         f"rank {rank}: {problem}" for rank, raw in enumerate(reports) for problem in json.loads(raw)
@@ -101,7 +150,9 @@ async def share_state(world: World, session: MonitoredSession, max_wait_secs: fl
         )
     for name in manifest["arrays"]:
         value = state[name]
-        host = host_of(value).copy(order="C") if chief else np.empty_like(host_of(value))
+        # C order on every rank, whatever the entry's: reshape(-1) below must be a view
+        # of the buffer that is sent or received into, never a copy of it.
+        host = host_of(value).copy(order="C") if chief else np.empty(np.shape(value), value.dtype)
         raw = host.reshape(-1).view(np.uint8)  # any dtype, bfloat16 included, as bytes
         world.wait(world.control.Ibcast(raw, root=0), f"broadcasting array {name!r}")
         if not chief:
@@ -109,7 +160,7 @@ async def share_state(world: World, session: MonitoredSession, max_wait_secs: fl
     if not chief:
         state.global_step = int(manifest["global_step"])
         try:
-            state.rng_state = manifest["rng"]
+            state.rng_state = decode_rng_state(manifest["rng"])
         except ValueError as exc:
             raise StateMismatchError(f"rank {world.rank}: {exc} (the chief's)") from None
         state.rng = jump_rng(state.rng, world.rank)

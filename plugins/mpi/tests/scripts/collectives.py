@@ -15,6 +15,41 @@ from monitored.metrics import Mean
 OUT = Path(sys.argv[1])
 RANK, SIZE = monitored_mpi.rank(), monitored_mpi.size()
 
+
+def refused(call: object) -> str | None:
+    """The CollectiveMismatchError of ``call()`` (raised on every rank alike), or None."""
+    try:
+        call()  # type: ignore[operator]
+    except monitored_mpi.CollectiveMismatchError as exc:
+        return str(exc)
+    return None
+
+
+# Mismatches first: every rank refuses, and the collectives after them still work.
+checked = monitored_mpi.DistributedOptimizer(monitored.train.GradientDescentOptimizer(1.0))
+same = {"w": np.ones(3), "v": np.ones((2, 2))}
+refusals = {
+    "allreduce_dtype": refused(
+        lambda: monitored_mpi.allreduce(np.zeros(3, np.float32 if RANK else np.float64), name="g")
+    ),
+    "allreduce_shape": refused(lambda: monitored_mpi.allreduce(np.zeros(2 + (RANK == 2)))),
+    "broadcast": refused(lambda: monitored_mpi.broadcast(np.zeros((RANK + 1, 1)))),
+    "allgather": refused(lambda: monitored_mpi.allgather(np.zeros((1, 3 if RANK == 1 else 2)))),
+    "optimizer_same": refused(lambda: checked.reduce_gradients(same)),
+    # Later, rank 1 alone has no gradient for v, rank 2 passes w as float32.
+    "optimizer_changed": refused(
+        lambda: checked.reduce_gradients(
+            {
+                "w": np.ones(3, np.float32 if RANK == 2 else np.float64),
+                "v": None if RANK == 1 else np.ones((2, 2)),
+            }
+        )
+    ),
+    "optimizer_names": refused(
+        lambda: checked.reduce_gradients({"w": np.ones(3), **({"x": np.ones(1)} if RANK else {})})
+    ),
+}
+
 mean = Mean(name="m")
 mean.update(np.arange(RANK + 1, dtype=np.float64))
 monitored_mpi.merge_metrics([mean])
@@ -41,5 +76,6 @@ result = {
     "e": state["e"].tolist(),
     "fp16": [fp16[0][0].tolist(), fp16[0][0].dtype.str],
     "spec": monitored_mpi.world() is not None,
+    "refusals": refusals,
 }
 (OUT / f"rank{RANK}.json").write_text(json.dumps(result))

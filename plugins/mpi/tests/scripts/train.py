@@ -3,6 +3,8 @@
 ``python train.py SCENARIO STEPS OUT_DIR``: each rank trains a linear model
 on its own shard of a fixed data set with ``DistributedOptimizer`` and writes
 what the test checks (final step, arrays, RNG draws) to ``OUT_DIR/rank<N>.json``.
+The state also holds a Fortran-ordered and a transposed array, and an entry
+that only ``init_fn`` creates; ``BIT_GENERATOR`` picks ``state.rng``'s kind.
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ class FailOnRank:
             raise ValueError("boom on the last rank")
 
 
+class EndFailsOnRank1:
+    def end(self, session):
+        if RANK == 1:
+            raise RuntimeError("end hook failed on rank 1")
+
+
 class SigtermOnRank1At5:
     def after_run(self, run_context, run_values):
         if RANK == 1 and run_context.session.state.global_step == 5:
@@ -50,15 +58,35 @@ class CollectiveOnRank0:
 opt = monitored_mpi.DistributedOptimizer(monitored.train.MomentumOptimizer(0.05, 0.9))
 
 
+INIT_RAN = False
+
+
 def make_state() -> monitored.TrainState:
     width = 4 + (RANK if SCENARIO == "mismatch" else 0)
-    state = monitored.TrainState({"w": np.zeros(width), "b": np.zeros(())}, seed=RANK + 100)
+    kind = getattr(np.random, os.environ.get("BIT_GENERATOR", "PCG64"))
+    arrays = {
+        "w": np.zeros(width),
+        "b": np.zeros(()),
+        "fortran": np.zeros((3, 2), order="F"),
+        "transposed": np.zeros((2, 3), np.float32).T,
+    }
+    state = monitored.TrainState(
+        arrays,
+        rng=np.random.Generator(kind(RANK + 100)),
+        non_trainable=["fortran", "transposed", "pretrained"],
+    )
     opt.create_slots(state)
     return state
 
 
 def init(state: monitored.TrainState) -> None:
+    # As a warm start would: runs on the chief only, and creates an entry.
+    global INIT_RAN
+    INIT_RAN = True
     state["w"][:] = state.rng.normal(size=state["w"].shape)
+    state["fortran"][...] = state.rng.normal(size=(3, 2))
+    state["transposed"][...] = state.rng.normal(size=(3, 2))
+    state["pretrained"] = np.asfortranarray(state.rng.normal(size=(2, 2)).astype(np.float32))
 
 
 rng = np.random.default_rng(0)
@@ -85,6 +113,7 @@ async def main() -> None:
         "fail": [FailOnRank()],
         "sigterm": [SigtermOnRank1At5()],
         "partial": [CollectiveOnRank0()],
+        "endfail": [EndFailsOnRank1()],
     }.get(SCENARIO, [])
     checkpoint_dir = os.environ.get("CKPT_DIR")
     draws = []
@@ -107,6 +136,11 @@ async def main() -> None:
             "w": sess.state["w"].tolist(),
             "b": float(sess.state["b"]),
             "draws": draws,
+            "fortran": sess.state["fortran"].tolist(),
+            "transposed": sess.state["transposed"].tolist(),
+            "pretrained": sess.state["pretrained"].tolist(),
+            "pretrained_trainable": sess.state.is_trainable("pretrained"),
+            "init_ran": INIT_RAN,
             "plugins": [info.name for info in sess.plugins],
         }
     (OUT / f"rank{RANK}.json").write_text(json.dumps(result))
