@@ -125,6 +125,24 @@ async def test_disable_by_argument_and_environment(
         assert sess.plugins == ()
 
 
+async def test_a_typo_in_the_disable_variable_is_logged_once_and_ignored(
+    fake_plugin: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake_plugin("checkpoint", "def before_run(): pass")
+    monkeypatch.setenv("MONITORED_DISABLE_PLUGINS", "chekpoint,elsewhere")
+    for _ in range(2):
+        async with monitored.MonitoredSession(TrainState()) as sess:
+            assert [p.name for p in sess.plugins] == ["checkpoint"]
+    warned = [r.getMessage() for r in caplog.records if "MONITORED_DISABLE_PLUGINS" in r.message]
+    assert warned == [
+        "MONITORED_DISABLE_PLUGINS names 'chekpoint', which is not installed "
+        "(did you mean 'checkpoint'?); it is ignored",
+        "MONITORED_DISABLE_PLUGINS names 'elsewhere', which is not installed; it is ignored",
+    ]
+
+
 async def test_autoload_can_be_switched_off(
     fake_plugin: Any, state: TrainState, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 import importlib.metadata
 import inspect
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -45,6 +46,8 @@ __all__ = [
     "installed_plugin_names",
     "installed_plugins",
 ]
+
+log = logging.getLogger("monitored")
 
 #: The entry-point group plugin distributions register under.
 ENTRY_POINT_GROUP: Final = PROJECT_NAME
@@ -125,8 +128,9 @@ def installed_plugins(
     when ``MONITORED_DISABLE_PLUGIN_AUTOLOAD=1`` (unless ``autoload=True``).
     Raises :class:`PluginLoadError` naming the plugin and distribution that failed,
     and :class:`PluginError` when ``disabled`` names a plugin that is not installed
-    (a typo would otherwise leave the plugin on; unknown names in the environment
-    variable are ignored, since it may be shared by several environments).
+    (a typo would otherwise leave the plugin on). Unknown names in the environment
+    variable are logged once as a warning and ignored, since it may be shared by
+    several environments.
     """
     entry_points = installed_entry_points()
     unknown = sorted(frozenset(disabled) - {ep.name for ep in entry_points})
@@ -137,7 +141,9 @@ def installed_plugins(
         )
     if not (autoload_enabled() if autoload is None else autoload):
         return []
-    skip = frozenset(disabled) | disabled_from_env()
+    from_env = disabled_from_env()
+    _warn_unknown_in_env(from_env, {ep.name for ep in entry_points})
+    skip = frozenset(disabled) | from_env
     found: dict[str, PluginInfo] = {}
     for ep in sorted(entry_points, key=lambda ep: (ep.name, _distribution(ep))):
         if ep.name in skip:
@@ -170,6 +176,29 @@ def installed_plugins(
             )
         found[ep.name] = PluginInfo(ep.name, plugin, dist_name, version, "entry point")
     return list(found.values())
+
+
+_warned_env: set[frozenset[str]] = set()
+
+
+def _warn_unknown_in_env(names: frozenset[str], installed: set[str]) -> None:
+    """Log once (per set of names) the ``MONITORED_DISABLE_PLUGINS`` names not installed.
+
+    Not an error: the variable may be shared by environments with other plugins.
+    But a typo would leave the plugin on, so it is said, with a "did you mean".
+    """
+    unknown = names - installed
+    if not unknown or unknown in _warned_env:
+        return
+    _warned_env.add(unknown)
+    for name in sorted(unknown):
+        close = difflib.get_close_matches(name, sorted(installed), n=1)
+        log.warning(
+            "%s names %r, which is not installed%s; it is ignored",
+            DISABLE_ENV,
+            name,
+            f" (did you mean {close[0]!r}?)" if close else "",
+        )
 
 
 def installed_plugin_names() -> frozenset[str]:
