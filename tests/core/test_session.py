@@ -645,6 +645,24 @@ async def test_plugin_states_are_namespaced_and_versioned(state: TrainState) -> 
             await sess.load_plugin_states(newer)
 
 
+async def test_a_stop_from_a_private_helper_names_the_public_method_that_called_it(
+    state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Watcher:
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            self._decide(run_context)
+
+        def _decide(self, run_context: Any) -> None:
+            run_context.request_stop()
+
+    with caplog.at_level(logging.INFO, logger="monitored"):
+        async with monitored.MonitoredSession(state, hooks=[Watcher()]) as sess:
+            await sess.run(counting_step)
+    assert any(
+        m.endswith("stop requested by " + Watcher.after_run.__qualname__) for m in caplog.messages
+    )
+
+
 async def test_only_plugins_holding_state_are_said_to_start_fresh(
     state: TrainState, caplog: pytest.LogCaptureFixture
 ) -> None:

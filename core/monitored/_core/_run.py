@@ -181,8 +181,22 @@ class SessionRunContext:
 
 
 def caller_name(depth: int = 2) -> str:
-    """The qualified name of the function ``depth`` frames up (for "stop requested by")."""
+    """The qualified name of the function ``depth`` frames up (for "stop requested by").
+
+    Private helpers (``EarlyStoppingHook._decide``) are passed over for the
+    public method that called them (``EarlyStoppingHook.after_run``), a few
+    frames up at most: that is the name a user recognizes.
+    """
     try:
-        return sys._getframe(depth).f_code.co_qualname
+        frame = sys._getframe(depth)
     except ValueError:  # pragma: no cover - called from the outermost frame
         return "<unknown>"
+    first = frame.f_code.co_qualname
+    for _ in range(4):
+        name = frame.f_code.co_name
+        if not name.startswith("_") or name.endswith("__"):
+            return frame.f_code.co_qualname
+        if frame.f_back is None:
+            break
+        frame = frame.f_back
+    return first

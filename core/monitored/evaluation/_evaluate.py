@@ -253,9 +253,10 @@ async def evaluate_once(
         if sess.has_summary_sinks:
             await sess.write_summaries(step, values)
     log.info(
-        "Evaluation of step %d (%d eval steps): %s",
+        "Evaluation of step %d (%d eval step%s): %s",
         step,
         stopper.done,
+        "" if stopper.done == 1 else "s",
         ", ".join(f"{k} = {v:.6g}" for k, v in values.items()),
     )
     return EvaluationResult(
