@@ -106,3 +106,11 @@ def test_every_hookspec_has_a_docstring_and_a_section_in_the_hook_reference() ->
         assert inspect.getdoc(getattr(hookspecs, name)), f"hookspec {name} has no docstring"
         assert name in headings, f"hookspec {name} is missing from docs/hooks.md"
     assert headings <= set(_spec_names()), "docs/hooks.md documents hooks that do not exist"
+
+
+def test_public_names_report_the_public_module_not_the_private_runtime() -> None:
+    for name in monitored.__all__:
+        obj = getattr(monitored, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert not obj.__module__.startswith("monitored._core"), name
+    assert repr(monitored.PluginValidationError) == "<class 'monitored.PluginValidationError'>"

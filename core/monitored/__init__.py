@@ -7,6 +7,7 @@ progress) are separately installed plugin packages.
 
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
+from types import FunctionType as _FunctionType
 
 from ._core._backend import is_device_array, to_host
 from ._core._basic_hooks import (
@@ -102,6 +103,15 @@ from .train import (
     trainable_variables,
     warm_start,
 )
+
+_PRIVATE = "monitored._core."
+
+# Tracebacks and reprs name the public path (monitored.PluginError), not the
+# private module a name happens to live in (anyio does the same).
+for _value in list(locals().values()):
+    if isinstance(_value, type | _FunctionType) and _value.__module__.startswith(_PRIVATE):
+        _value.__module__ = __name__
+del _value
 
 try:
     __version__ = _version("monitored")
