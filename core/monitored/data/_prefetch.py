@@ -458,6 +458,8 @@ class Pipeline:
                         space = self._space_event
                         if space is None:
                             space = self._space_event = anyio.Event()
+                    elif index is not None and not self._sync_in_loop:
+                        self._claim = index + 1
                 if index is None:
                     return
                 if space is not None:
@@ -469,8 +471,6 @@ class Pipeline:
                     if not self._produce(gen, reader):
                         return
                     continue
-                with self._lock:
-                    self._claim = index + 1
                 try:
                     if iterator is None:
                         assert self._open_iter is not None
@@ -484,6 +484,8 @@ class Pipeline:
                     position += 1
                 except Exception as exc:  # cancellation and interrupts propagate
                     self._fail(gen, index, exc)
+                    return
+                if self._check and not self._checked(gen, index, batch):
                     return
                 if not self._deposit(gen, index, batch):
                     return

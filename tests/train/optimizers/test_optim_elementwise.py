@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from monitored.train import moving_averages
 from monitored._core._state import TrainState
+from monitored.train import moving_averages
 from monitored.train.optimizers import AdamOptimizer, RMSPropOptimizer
 from monitored.train.optimizers import _elementwise as engine
 from monitored.train.optimizers._adadelta import ADADELTA
