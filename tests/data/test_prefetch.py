@@ -552,3 +552,48 @@ async def test_an_interrupt_on_the_event_loops_thread_propagates_and_is_recorded
         with pytest.raises(data.ProducerError, match="batch 1") as info, anyio.fail_after(10):
             await pipeline.take()
     assert isinstance(info.value.__cause__, Interrupt)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"next": "3"}, "'next' is '3', not an index >= 0"),
+        ({"next": -3}, "'next' is -3"),
+        ({"next": True}, "'next' is True"),
+        ({"next": 2.5}, "'next' is 2.5"),
+        ({"next": None}, "'next' is None"),
+        ({"skips": {"a": 1}}, "'skips' is a dict, not a list"),
+        ({"skips": [[1]]}, r"the skipped range \[1\] is not \[start, stop\]"),
+        ({"skips": [[5, 2]]}, r"the skipped range \[5, 2\]"),
+        ({"skips": [[0, "9"]]}, r"the skipped range \[0, '9'\]"),
+        ({"seed": -1}, "'seed' is -1, not an int >= 0"),
+        ({"config": [1]}, "'config' is a list, not a mapping"),
+        ({"next": "x" * 500}, r"'next' is 'xxx.*\.\.\., not"),
+    ],
+)
+def test_a_damaged_saved_position_is_a_clear_error(change: dict[str, Any], message: str) -> None:
+    saved = {**data.prefetch(batches(4), name="p").plugin_state(), **change}
+    pipeline = data.prefetch(batches(4), name="p")
+    with pytest.raises(data.InputStateError, match=rf"pipeline 'p'.*damaged: {message}"):
+        pipeline.load_plugin_state(saved)
+    assert pipeline.next_index == 0
+
+
+def test_a_saved_position_without_next_or_not_a_mapping_is_a_clear_error() -> None:
+    pipeline = data.prefetch(batches(4), name="p")
+    saved = pipeline.plugin_state()
+    del saved["next"]
+    with pytest.raises(data.InputStateError, match="'next' .* is missing"):
+        pipeline.load_plugin_state(saved)
+    with pytest.raises(data.InputStateError, match="a list, not a mapping"):
+        pipeline.load_plugin_state([0])  # type: ignore[arg-type]
+
+
+async def test_a_damaged_position_in_a_checkpoint_stops_the_restore() -> None:
+    pipeline = data.prefetch(batches(4), name="p", feed="batch")
+    async with monitored.MonitoredSession(hooks=[pipeline]) as sess:
+        saved = await sess.plugin_states()
+        saved["input:p"]["state"]["next"] = -1
+        with pytest.raises(data.InputStateError, match="pipeline 'p'.*'next' is -1"):
+            await sess.load_plugin_states(saved)
+        assert pipeline.next_index == 0

@@ -31,7 +31,7 @@ import anyio.lowlevel
 from .._core._coordinator import END_OF_INPUT
 from .._core._errors import OutOfRangeError
 from .._core._run import SessionRunArgs
-from ._errors import BatchError, ProducerError, ResumeMismatchError
+from ._errors import BatchError, InputStateError, ProducerError, ResumeMismatchError
 from ._structure import Signature, check_batch, quick_signature
 from ._wake import LoopWaker
 
@@ -209,8 +209,9 @@ class Pipeline:
         return saved
 
     def load_plugin_state(self, state: Mapping[str, Any]) -> None:
-        """Resume at the saved position; refuse a differently configured pipeline."""
-        saved_config = dict(state.get("config", {}))
+        """Resume at the saved position; refuse a differently configured pipeline,
+        and a damaged position (:class:`~monitored.data.InputStateError`)."""
+        saved_config, position, skips, seed = self._read_saved(state)
         if saved_config != self._config:
             keys = sorted(set(saved_config) | set(self._config))
             diffs = [
@@ -223,14 +224,55 @@ class Pipeline:
                 f"configuration: {', '.join(diffs)}; resuming would feed other batches. "
                 "Use the saved settings, or another pipeline name to start this input afresh"
             )
-        if state.get("seed") is not None:
-            self._seed = int(state["seed"])
+        if seed is not None:
+            self._seed = seed
             self._reseed()
         with self._lock:
-            self._next = int(state["next"])
-            self._skips = [(int(a), int(b)) for a, b in state.get("skips", [])]
+            self._next = position
+            self._skips = skips
         if self._running:
             self._start()
+
+    def _read_saved(
+        self, state: object
+    ) -> tuple[dict[str, Any], int, list[tuple[int, int]], int | None]:
+        """``(config, next, skips, seed)`` of a saved state, checked: a checkpoint
+        may have been damaged or written by someone else."""
+
+        def damaged(what: str) -> InputStateError:
+            return InputStateError(
+                f"input pipeline {self.name!r}: the saved input position is damaged: {what}"
+            )
+
+        if not isinstance(state, Mapping):
+            raise damaged(f"a {type(state).__name__}, not a mapping")
+        config = state.get("config", {})
+        if not isinstance(config, Mapping):
+            raise damaged(f"'config' is a {type(config).__name__}, not a mapping")
+        if "next" not in state:
+            raise damaged("'next' (the index of the next batch) is missing")
+        position = state["next"]
+        if not _is_index(position):
+            raise damaged(f"'next' is {_show(position)}, not an index >= 0")
+        skips = state.get("skips", [])
+        if not isinstance(skips, list):
+            raise damaged(f"'skips' is a {type(skips).__name__}, not a list")
+        ranges = []
+        for entry in skips:
+            if (
+                not isinstance(entry, list | tuple)
+                or len(entry) != 2
+                or not all(_is_index(bound) for bound in entry)
+                or entry[0] > entry[1]
+            ):
+                raise damaged(
+                    f"the skipped range {_show(entry)} is not [start, stop] with 0 <= start <= stop"
+                )
+            ranges.append((int(entry[0]), int(entry[1])))
+        seed = state.get("seed")
+        if seed is not None and not _is_index(seed):
+            raise damaged(f"'seed' is {_show(seed)}, not an int >= 0")
+        return dict(config), int(position), sorted(ranges), seed
 
     def _reseed(self) -> None:
         """Subclass hook: the seed changed (restored from a checkpoint)."""
@@ -862,6 +904,16 @@ def pipelines(session: MonitoredSession) -> list[Pipeline]:
     calls :meth:`Pipeline.skip` on each to leave out the batches that followed.
     """
     return [info.plugin for info in session.plugins if isinstance(info.plugin, Pipeline)]
+
+
+def _is_index(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _show(value: object) -> str:
+    """``repr`` cut short: the value came from a file."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _close(iterator: object) -> None:
