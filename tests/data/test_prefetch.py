@@ -597,3 +597,12 @@ async def test_a_damaged_position_in_a_checkpoint_stops_the_restore() -> None:
         with pytest.raises(data.InputStateError, match="pipeline 'p'.*'next' is -1"):
             await sess.load_plugin_states(saved)
         assert pipeline.next_index == 0
+
+
+async def test_dict_batches_may_list_their_fields_in_any_order() -> None:
+    xy = {"x": np.zeros((2, 3)), "y": np.zeros(2, np.int64)}
+    yx = {"y": np.ones(2, np.int64), "x": np.ones((2, 3))}
+    got = await drain(data.prefetch([xy, yx, xy], name="st"))
+    assert [int(b["y"][0]) for b in got] == [0, 1, 0]
+    with pytest.raises(data.BatchError, match=r"batch 1, field \['x'\] is float32"):
+        await drain(data.prefetch([xy, {"y": xy["y"], "x": xy["x"].astype(np.float32)}]))
