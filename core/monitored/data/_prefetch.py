@@ -429,9 +429,13 @@ class Pipeline:
         is nothing to claim now; ``None`` when producers of ``gen`` retire (a
         failure is recorded for the step that needs the batch).
         """
-        if reader is not None and not reader.lock.acquire(blocking=only is None):
-            return -1  # a worker is reading the iterator: its batch comes soon
-        locked = reader is not None
+        # Task producers and the consumer share the loop's thread and never
+        # await between claim and read: the lock is for threads.
+        locked = False
+        if reader is not None and self._threads:
+            if not reader.lock.acquire(blocking=only is None):
+                return -1  # a worker is reading the iterator: its batch comes soon
+            locked = True
         try:
             with self._lock:
                 index = self._claimable_locked(gen)
@@ -448,12 +452,18 @@ class Pipeline:
                     batch = self._load(index)
                 else:
                     batch = reader.read(index, self._open_sync)
-                    reader.lock.release()
-                    locked = False
+                    if locked:
+                        reader.lock.release()
+                        locked = False
                 if timed:
                     self._load_secs = time.perf_counter() - started
-                if self._check and not self._checked(gen, index, batch):
-                    return None
+                if self._check and (
+                    (quick := quick_signature(batch)) is None or quick != self._quick
+                ):
+                    error = self._check_slowly(batch, index, quick)
+                    if error is not None:
+                        self._fail(gen, index, error)
+                        return None
             except BaseException as exc:
                 self._fail(gen, index, exc)
                 if (only is not None or not self._threads) and not isinstance(exc, Exception):
