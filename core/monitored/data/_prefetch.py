@@ -11,6 +11,14 @@ pipeline's plugin state, saved with each checkpoint at the step it was taken.
 Backpressure: a producer may claim index ``g`` only while
 ``g < next + buffer_size + num_workers``, so at most ``buffer_size`` finished
 batches wait, plus one in progress per worker; memory stays bounded.
+
+Who makes a batch: workers (tasks or threads), and the consumer itself when
+the batch it needs is not claimed yet and is cheap. A sync source in tasks
+runs on the loop's thread anyway; in threads, handing one batch over costs a
+wake-up of the thread and one of the event loop (tens of microseconds), so a
+batch that took under ``_INLINE_BELOW_SECS`` to make is made in place. The
+consumer takes such a batch straight away, without the reorder buffer. Claims
+go through one lock whoever claims, so order, bounds and resume are the same.
 """
 
 from __future__ import annotations
