@@ -491,7 +491,8 @@ async def test_a_cheap_batch_the_threads_have_not_reached_is_made_by_the_consume
 
     pipeline = data.prefetch(load, buffer_size=1, name="cheap")
     async with pipeline:
-        while len(made_by) < 2:  # noqa: ASYNC110 (made by a thread)
+        # Batches 0 and 1 fill the window; the thread then sleeps until space frees.
+        while pipeline._sleepers == 0:  # noqa: ASYNC110 (set by the thread)
             await anyio.sleep(0.001)
         interval = sys.getswitchinterval()
         sys.setswitchinterval(60.0)
