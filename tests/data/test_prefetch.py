@@ -607,3 +607,28 @@ async def test_dict_batches_may_list_their_fields_in_any_order() -> None:
     assert [int(b["y"][0]) for b in got] == [0, 1, 0]
     with pytest.raises(data.BatchError, match=r"batch 1, field \['x'\] is float32"):
         await drain(data.prefetch([xy, {"y": xy["y"], "x": xy["x"].astype(np.float32)}]))
+
+
+async def test_one_worker_thread_means_one_call_of_the_source_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every batch counts as cheap, so the consumer makes batches too; a loader
+    # written for one worker (a shared file handle, say) must still never be
+    # entered twice at once.
+    from monitored.data import _prefetch
+
+    monkeypatch.setattr(_prefetch, "_INLINE_BELOW_SECS", 60.0)
+    active, most = 0, 0
+    arrays = batches(300)
+
+    def load(i: int) -> np.ndarray:
+        nonlocal active, most
+        active += 1
+        most = max(most, active)
+        time.sleep(0)  # lets the other thread run, were it inside too
+        active -= 1
+        return arrays[i]
+
+    got = await collect(data.prefetch(load, buffer_size=2, name="one"))
+    assert got == list(range(300))
+    assert most == 1

@@ -327,7 +327,10 @@ class Pipeline:
             old, self._retire = self._retire, anyio.Event()
             retire = self._retire
             old_reader = self._reader
-            reader = self._reader = _Reader() if self._sync_iterable else None
+            # One worker thread means one call of the source at a time, as the
+            # user may assume: the consumer making a batch takes the same lock.
+            serial = self._threads and self._num_workers == 1
+            reader = self._reader = _Reader() if self._sync_iterable or serial else None
         if self._stager is not None:
             self._stager.clear()
         if old is not None:
@@ -430,8 +433,9 @@ class Pipeline:
         """Claim the next index and make its batch in the calling thread.
 
         Shared by thread workers, task workers and the consumer. For an iterator
-        the claim and the read happen under ``reader.lock``, so whichever thread
-        makes a batch, the iterator's items go to consecutive indices. The
+        (or a function with one worker thread) the claim and the call happen
+        under ``reader.lock``, so the source is called by one thread at a time
+        and an iterator's items go to consecutive indices. The
         consumer passes ``only`` (the index it waits for) and never blocks: it
         makes that batch or none. Returns ``(index, batch)``; ``-1`` when there
         is nothing to claim now; ``None`` when producers of ``gen`` retire (a
@@ -455,14 +459,15 @@ class Pipeline:
             try:
                 timed = self._threads
                 started = time.perf_counter() if timed else 0.0
-                if reader is None:
-                    assert self._load is not None
+                if self._load is not None:
                     batch = self._load(index)
                 else:
+                    assert reader is not None
                     batch = reader.read(index, self._open_sync)
-                    if locked:
-                        reader.lock.release()
-                        locked = False
+                if locked:
+                    assert reader is not None
+                    reader.lock.release()
+                    locked = False
                 if timed:
                     self._load_secs = time.perf_counter() - started
                 if self._check and (
@@ -766,11 +771,12 @@ class FeedingPipeline(Pipeline):
 
 @final
 class _Reader:
-    """The iterator of a sync source, shared by the producers of one generation.
+    """One-at-a-time access to a sync source, for the producers of one generation.
 
-    A worker thread and the consumer may both read it (one at a time, under
-    ``lock``): claiming an index and reading its item are one step under the
-    lock, so the iterator's items land on consecutive indices whoever reads.
+    A worker thread and the consumer may both read an iterator, or call a
+    function served by one worker, but one at a time (under ``lock``): claiming
+    an index and reading its item are one step under the lock, so an
+    iterator's items land on consecutive indices whoever reads.
     """
 
     __slots__ = ("closed", "iterator", "lock", "position")
