@@ -12,21 +12,29 @@ Two measurements, each against a baseline taken in the same run:
 * **Overhead per batch.** A free source (a generator yielding one preallocated
   array) consumed with ``async for`` through ``prefetch``, against the same
   generator consumed by a plain ``for`` loop inside the same ``async def``:
-  microseconds per batch, as the difference of medians.
+  microseconds per batch, as the difference of medians. With ``--baseline REV``
+  the ``prefetch`` of that git revision (its ``_prefetch.py``, loaded beside
+  this tree's) is measured too, alternating with this tree's in every repeat.
 
 Usage::
 
-    python benchmarks/input.py [--steps N] [--batches N] [--repeats R] [--markdown]
+    python benchmarks/input.py [--steps N] [--batches N] [--repeats R] [--baseline REV]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import platform
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import anyio
@@ -67,7 +75,9 @@ def per_call(fn: Callable[[], Any], n: int) -> float:
     return (time.perf_counter() - start) / n
 
 
-async def overlap(work_ms: float, steps: int) -> dict[str, float]:
+async def overlap(
+    work_ms: float, steps: int, base: Callable[..., Any] | None = None, base_first: bool = False
+) -> dict[str, float]:
     work = calibrate(work_ms)
     size = work.size  # type: ignore[attr-defined]
     load_buf = [np.empty(size) for _ in range(8)]
@@ -93,8 +103,8 @@ async def overlap(work_ms: float, steps: int) -> dict[str, float]:
                 await sess.run(step, load(i))
             return (time.perf_counter() - start) / steps
 
-    async def prefetched() -> float:
-        pipeline = data.prefetch(load, buffer_size=2, num_workers=2, feed="batch")
+    async def prefetched(make: Callable[..., Any] = data.prefetch) -> float:
+        pipeline = make(load, buffer_size=2, num_workers=2, feed="batch")
         async with monitored.MonitoredSession(monitored.TrainState(), hooks=[pipeline]) as sess:
             await sess.run(step)  # producers started and warm
             start = time.perf_counter()
@@ -103,9 +113,12 @@ async def overlap(work_ms: float, steps: int) -> dict[str, float]:
             return (time.perf_counter() - start) / steps
 
     t_seq = await sequential()
+    t_base = await prefetched(base) if base is not None and base_first else None
     t_pre = await prefetched()
+    if base is not None and t_base is None:
+        t_base = await prefetched(base)
     bound = max(t_load, t_step)
-    return {
+    result = {
         "load_ms": t_load * 1e3,
         "step_ms": t_step * 1e3,
         "sequential_ms": t_seq * 1e3,
@@ -113,9 +126,36 @@ async def overlap(work_ms: float, steps: int) -> dict[str, float]:
         "sequential_ratio": t_seq / bound,
         "prefetch_ratio": t_pre / bound,
     }
+    if t_base is not None:
+        result |= {"baseline_ms": t_base * 1e3, "baseline_ratio": t_base / bound}
+    return result
 
 
-async def overhead(batches: int, buffer_size: int, threads: bool) -> tuple[float, float]:
+def baseline_module(rev: str) -> ModuleType:
+    """``monitored.data._prefetch`` as it was at git revision ``rev``."""
+    root = Path(__file__).resolve().parent.parent
+    source = subprocess.run(
+        ["git", "show", f"{rev}:core/monitored/data/_prefetch.py"],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    path = Path(tempfile.mkdtemp()) / "_prefetch_baseline.py"
+    path.write_text(source)
+    name = "monitored.data._prefetch_baseline"  # inside the package: its relative imports work
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+async def overhead(
+    batches: int, buffer_size: int, threads: bool, make: Callable[..., Any] = data.prefetch
+) -> tuple[float, float]:
     item = np.zeros(4)
 
     def free() -> Iterator[np.ndarray]:
@@ -131,7 +171,7 @@ async def overhead(batches: int, buffer_size: int, threads: bool) -> tuple[float
         pass
     plain = (time.perf_counter() - start) / batches
 
-    pipeline = data.prefetch(Free(), buffer_size=buffer_size, threads=threads)
+    pipeline = make(Free(), buffer_size=buffer_size, threads=threads)
     async with pipeline:
         start = time.perf_counter()
         async for _ in pipeline:
@@ -141,17 +181,24 @@ async def overhead(batches: int, buffer_size: int, threads: bool) -> tuple[float
 
 
 async def main(args: argparse.Namespace) -> None:
-    runs = [await overlap(args.work_ms, args.steps) for _ in range(args.repeats)]
+    base = baseline_module(args.baseline).prefetch if args.baseline else None
+    runs = [  # the two prefetch contenders take turns going first
+        await overlap(args.work_ms, args.steps, base, base_first=i % 2 == 1)
+        for i in range(args.repeats)
+    ]
     med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
     rows = []
     for buffer_size in (2, 16, 64):
         for threads in (False, True):
-            pairs = [
-                await overhead(args.batches, buffer_size, threads) for _ in range(args.repeats)
-            ]
-            plain = statistics.median(p for p, _ in pairs)
+            pairs, old = [], []
+            for _ in range(args.repeats):  # the contenders alternate
+                pairs.append(await overhead(args.batches, buffer_size, threads))
+                if base is not None:
+                    old.append(await overhead(args.batches, buffer_size, threads, base))
+            plain = statistics.median(p for p, _ in pairs + old)
             piped = statistics.median(q for _, q in pairs)
-            rows.append((buffer_size, "threads" if threads else "task", plain, piped))
+            was = statistics.median(q for _, q in old) if old else None
+            rows.append((buffer_size, "threads" if threads else "task", plain, piped, was))
     print(f"# {platform.python_version()} numpy {np.__version__} on {os.cpu_count()} cores")
     print(
         f"Overlap, {args.steps} steps, medians of {args.repeats}: load {med['load_ms']:.2f} ms, "
@@ -161,16 +208,23 @@ async def main(args: argparse.Namespace) -> None:
     hi = {key: max(r[key] for r in runs) for key in runs[0]}
     print("| loop | ms/step | / max(load, step), median | min-max over repeats |")
     print("|---|---|---|---|")
-    for label, key in (("sequential", "sequential"), ("prefetch, 2 workers", "prefetch")):
+    loops = [("sequential", "sequential"), ("prefetch, 2 workers", "prefetch")]
+    if base is not None:
+        loops.append((f"prefetch at {args.baseline}, 2 workers", "baseline"))
+    for label, key in loops:
         print(
             f"| {label} | {med[key + '_ms']:.2f} | {med[key + '_ratio']:.2f}x | "
             f"{lo[key + '_ratio']:.2f}-{hi[key + '_ratio']:.2f}x |"
         )
     print(f"\nOverhead per batch, free source, {args.batches} batches, medians:")
-    print("| buffer_size | producer | plain generator us | prefetch us | overhead us |")
-    print("|---|---|---|---|---|")
-    for buffer_size, kind, plain, piped in rows:
-        print(f"| {buffer_size} | {kind} | {plain:.2f} | {piped:.2f} | {piped - plain:.2f} |")
+    extra = f" overhead at {args.baseline} us | ratio |" if base is not None else ""
+    print(f"| buffer_size | producer | plain generator us | prefetch us | overhead us |{extra}")
+    print("|---|---|---|---|---|" + ("---|---|" if base is not None else ""))
+    for buffer_size, kind, plain, piped, was in rows:
+        line = f"| {buffer_size} | {kind} | {plain:.2f} | {piped:.2f} | {piped - plain:.2f} |"
+        if was is not None:
+            line += f" {was - plain:.2f} | {(was - plain) / (piped - plain):.1f}x |"
+        print(line)
 
 
 if __name__ == "__main__":
@@ -180,4 +234,7 @@ if __name__ == "__main__":
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--work-ms", type=float, default=2.0)
     parser.add_argument("--markdown", action="store_true", help="(tables are Markdown already)")
+    parser.add_argument(
+        "--baseline", metavar="REV", help="also measure prefetch as of this git revision"
+    )
     anyio.run(main, parser.parse_args())

@@ -97,3 +97,18 @@ def test_tf1_argument_checks() -> None:
 def test_capacity_sets_the_buffer_in_batches() -> None:
     pipeline = data.batch(np.arange(100), 8, capacity=64, enqueue_many=True)
     assert "buffer_size=8" in repr(pipeline)
+
+
+async def test_dict_examples_are_stacked_by_field_name_whatever_their_order() -> None:
+    examples = [{"x": np.full(2, i), "y": np.int64(i)} for i in range(3)]
+    examples[1] = {"y": np.int64(1), "x": np.full(2, 1)}
+    (out,) = await drain(data.batch(examples, 3, num_epochs=1))
+    assert out["x"].tolist() == [[0, 0], [1, 1], [2, 2]]
+    assert out["y"].tolist() == [0, 1, 2]
+
+
+async def test_an_example_with_other_fields_names_it() -> None:
+    examples = [{"x": np.zeros(2)}, {"x": np.zeros(2), "z": np.zeros(2)}]
+    with pytest.raises(data.ProducerError, match="example 1 of a batch has fields") as info:
+        await drain(data.batch(examples, 2, num_epochs=1, name="recs"))
+    assert isinstance(info.value.__cause__, TypeError)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -411,3 +412,223 @@ async def test_a_batch_turning_into_another_container_is_caught() -> None:
         await drain(data.prefetch([first, {"a": np.zeros(2)}], threads=False))
     with pytest.raises(data.BatchError, match=r"batch 1, field \[1\] is float32"):
         await drain(data.prefetch([first, (np.zeros(2), np.zeros(2, np.float32))]))
+
+
+class Interrupt(BaseException):
+    """Not an ``Exception``: like ``KeyboardInterrupt``, without stopping pytest."""
+
+
+@pytest.mark.parametrize("threads", [True, False])
+async def test_skipped_ranges_of_an_iterable_are_read_and_dropped(threads: bool) -> None:
+    pipeline = data.prefetch(Reiterable(8), threads=threads)
+    pipeline.skip(2, 4)
+    assert await collect(pipeline) == [0, 1, 4, 5, 6, 7]
+
+
+async def test_skipped_ranges_of_an_async_iterable_are_read_and_dropped() -> None:
+    async def source() -> AsyncIterator[np.ndarray]:
+        for b in batches(8):
+            yield b
+
+    pipeline = data.prefetch(source())
+    pipeline.skip(0, 1)
+    pipeline.skip(5, 7)
+    assert await collect(pipeline) == [1, 2, 3, 4, 7]
+
+
+async def test_a_bad_batch_from_an_async_iterable_names_batch_and_field() -> None:
+    async def source() -> AsyncIterator[Any]:
+        yield np.zeros(2)
+        yield [np.zeros(2)]
+
+    with pytest.raises(data.BatchError, match="batch 1 has fields") as info:
+        await drain(data.prefetch(source(), name="aio"))
+    assert info.value.index == 1
+
+
+@pytest.mark.parametrize("kind", ["iterable", "function"])
+async def test_thread_producers_of_a_fast_source_keep_order_and_bounds(kind: str) -> None:
+    """The consumer makes a cheap batch itself when no thread has claimed it;
+    threads and consumer share the claims, so nothing is made twice or out of
+    order, and nothing runs ahead of the window."""
+    n, buffer_size = 3000, 2
+    made: list[int] = []
+
+    def load(i: int) -> np.ndarray:
+        if i >= n:
+            raise IndexError(i)
+        made.append(i)
+        return np.full(1, i)
+
+    source: Any = Reiterable(n) if kind == "iterable" else load
+    workers = 1 if kind == "iterable" else 3
+    pipeline = data.prefetch(source, buffer_size=buffer_size, num_workers=workers)
+    got = []
+    async with pipeline:
+        async for batch in pipeline:
+            got.append(int(batch[0]))
+            if kind == "function":
+                assert max(made) < len(got) + buffer_size + workers
+    assert got == list(range(n))
+    if kind == "function":
+        assert sorted(made) == list(range(n))
+
+
+async def test_a_cheap_batch_the_threads_have_not_reached_is_made_by_the_consumer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every batch counts as cheap, and the worker thread, once woken, cannot
+    # take the GIL before the consumer blocks: batch 2 is the consumer's to make.
+    from monitored.data import _prefetch
+
+    monkeypatch.setattr(_prefetch, "_INLINE_BELOW_SECS", 60.0)
+    made_by: dict[int, str] = {}
+    arrays = batches(6)
+
+    def load(i: int) -> np.ndarray:
+        made_by[i] = threading.current_thread().name
+        return arrays[i]
+
+    pipeline = data.prefetch(load, buffer_size=1, name="cheap")
+    async with pipeline:
+        # Batches 0 and 1 fill the window; the thread then sleeps until space frees.
+        while pipeline._sleepers == 0:  # noqa: ASYNC110 (set by the thread)
+            await anyio.sleep(0.001)
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(60.0)
+        try:
+            got = [int((await pipeline.take())[0]) for _ in range(3)]
+        finally:
+            sys.setswitchinterval(interval)
+        rest = [int(b[0]) async for b in pipeline]
+    assert got + rest == list(range(6))
+    assert made_by[0] == made_by[1] == "monitored.data cheap worker 0"
+    assert made_by[2] == threading.current_thread().name
+
+
+async def test_a_slow_batch_is_never_made_on_the_event_loops_thread() -> None:
+    made_by: set[str] = set()
+
+    def load(i: int) -> np.ndarray:
+        if i >= 40:
+            raise IndexError(i)
+        made_by.add(threading.current_thread().name)
+        time.sleep(0.0002)  # far above the hand-off cost: worth a thread
+        return np.full(1, i)
+
+    got = await collect(data.prefetch(load, buffer_size=1, num_workers=2, name="slow"))
+    assert got == list(range(40))
+    assert made_by <= {"monitored.data slow worker 0", "monitored.data slow worker 1"}
+
+
+async def test_an_interrupt_raised_by_a_source_in_a_thread_is_its_failure() -> None:
+    def load(i: int) -> np.ndarray:
+        time.sleep(0.0002)  # made by the thread, not the consumer
+        if i == 2:
+            raise Interrupt("stop")
+        return np.full(1, i)
+
+    pipeline = data.prefetch(load, name="intr")
+    got: list[int] = []
+    with pytest.raises(data.ProducerError, match="'intr'.*Interrupt.*batch 2") as info:
+        async with pipeline:
+            async for batch in pipeline:
+                got.append(int(batch[0]))
+    assert got == [0, 1]
+    assert isinstance(info.value.__cause__, Interrupt)
+
+
+async def test_an_interrupt_on_the_event_loops_thread_propagates_and_is_recorded() -> None:
+    def load(i: int) -> np.ndarray:
+        if i == 1:
+            raise Interrupt("ctrl-c")
+        return np.full(1, i)
+
+    pipeline = data.prefetch(load, threads=False, name="loop")
+    async with pipeline:
+        assert int((await pipeline.take())[0]) == 0
+        with pytest.raises(Interrupt):
+            await pipeline.take()
+        # A loop that goes on anyway is told which batch was lost, not left hanging.
+        with pytest.raises(data.ProducerError, match="batch 1") as info, anyio.fail_after(10):
+            await pipeline.take()
+    assert isinstance(info.value.__cause__, Interrupt)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"next": "3"}, "'next' is '3', not an index >= 0"),
+        ({"next": -3}, "'next' is -3"),
+        ({"next": True}, "'next' is True"),
+        ({"next": 2.5}, "'next' is 2.5"),
+        ({"next": None}, "'next' is None"),
+        ({"skips": {"a": 1}}, "'skips' is a dict, not a list"),
+        ({"skips": [[1]]}, r"the skipped range \[1\] is not \[start, stop\]"),
+        ({"skips": [[5, 2]]}, r"the skipped range \[5, 2\]"),
+        ({"skips": [[0, "9"]]}, r"the skipped range \[0, '9'\]"),
+        ({"seed": -1}, "'seed' is -1, not an int >= 0"),
+        ({"config": [1]}, "'config' is a list, not a mapping"),
+        ({"next": "x" * 500}, r"'next' is 'xxx.*\.\.\., not"),
+    ],
+)
+def test_a_damaged_saved_position_is_a_clear_error(change: dict[str, Any], message: str) -> None:
+    saved = {**data.prefetch(batches(4), name="p").plugin_state(), **change}
+    pipeline = data.prefetch(batches(4), name="p")
+    with pytest.raises(data.InputStateError, match=rf"pipeline 'p'.*damaged: {message}"):
+        pipeline.load_plugin_state(saved)
+    assert pipeline.next_index == 0
+
+
+def test_a_saved_position_without_next_or_not_a_mapping_is_a_clear_error() -> None:
+    pipeline = data.prefetch(batches(4), name="p")
+    saved = pipeline.plugin_state()
+    del saved["next"]
+    with pytest.raises(data.InputStateError, match="'next' .* is missing"):
+        pipeline.load_plugin_state(saved)
+    with pytest.raises(data.InputStateError, match="a list, not a mapping"):
+        pipeline.load_plugin_state([0])  # type: ignore[arg-type]
+
+
+async def test_a_damaged_position_in_a_checkpoint_stops_the_restore() -> None:
+    pipeline = data.prefetch(batches(4), name="p", feed="batch")
+    async with monitored.MonitoredSession(hooks=[pipeline]) as sess:
+        saved = await sess.plugin_states()
+        saved["input:p"]["state"]["next"] = -1
+        with pytest.raises(data.InputStateError, match="pipeline 'p'.*'next' is -1"):
+            await sess.load_plugin_states(saved)
+        assert pipeline.next_index == 0
+
+
+async def test_dict_batches_may_list_their_fields_in_any_order() -> None:
+    xy = {"x": np.zeros((2, 3)), "y": np.zeros(2, np.int64)}
+    yx = {"y": np.ones(2, np.int64), "x": np.ones((2, 3))}
+    got = await drain(data.prefetch([xy, yx, xy], name="st"))
+    assert [int(b["y"][0]) for b in got] == [0, 1, 0]
+    with pytest.raises(data.BatchError, match=r"batch 1, field \['x'\] is float32"):
+        await drain(data.prefetch([xy, {"y": xy["y"], "x": xy["x"].astype(np.float32)}]))
+
+
+async def test_one_worker_thread_means_one_call_of_the_source_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every batch counts as cheap, so the consumer makes batches too; a loader
+    # written for one worker (a shared file handle, say) must still never be
+    # entered twice at once.
+    from monitored.data import _prefetch
+
+    monkeypatch.setattr(_prefetch, "_INLINE_BELOW_SECS", 60.0)
+    active, most = 0, 0
+    arrays = batches(300)
+
+    def load(i: int) -> np.ndarray:
+        nonlocal active, most
+        active += 1
+        most = max(most, active)
+        time.sleep(0)  # lets the other thread run, were it inside too
+        active -= 1
+        return arrays[i]
+
+    got = await collect(data.prefetch(load, buffer_size=2, name="one"))
+    assert got == list(range(300))
+    assert most == 1

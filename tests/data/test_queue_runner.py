@@ -74,3 +74,62 @@ async def test_a_closed_queue_refuses_items_and_drains() -> None:
         await queue.dequeue()
     with pytest.raises(ValueError, match="capacity must be an int >= 1"):
         data.FIFOQueue(0)
+
+
+async def test_threads_created_unstarted_run_once_started_and_are_not_created_twice() -> None:
+    queue = data.FIFOQueue(capacity=4)
+    items = iter(range(3))
+
+    def next_item() -> int:
+        return next(items)  # StopIteration ends the thread, as OutOfRangeError does
+
+    runner = data.QueueRunner(queue, [next_item], name="r")
+    async with monitored.MonitoredSession() as sess:
+        threads = runner.create_threads(sess, daemon=True)
+        assert [t.name for t in threads] == ["QueueRunner r thread 0"]
+        assert threads[0].daemon
+        assert not threads[0].is_alive()
+        assert runner.create_threads(sess, start=True) == []  # already made for this session
+        threads[0].start()
+        assert await queue.dequeue_many(3) == [0, 1, 2]
+        with pytest.raises(monitored.OutOfRangeError, match="closed and empty"):
+            await queue.dequeue()
+        assert threads[0] in sess.coord.registered_threads
+    assert not threads[0].is_alive()
+
+
+async def test_a_runner_can_run_again_under_another_coordinator() -> None:
+    queue = data.FIFOQueue(capacity=8)
+    runner = data.QueueRunner(queue, [counter(2)])
+    first, second = monitored.Coordinator(), monitored.Coordinator()
+    (thread,) = runner.create_threads(coord=first, start=True)
+    thread.join()
+    assert runner.create_threads(coord=first) != []  # the first run has ended
+    assert runner.create_threads(coord=second) != []
+
+
+def test_bad_queue_runner_arguments_are_refused() -> None:
+    queue = data.FIFOQueue(capacity=1)
+    with pytest.raises(ValueError, match="at least one enqueue function"):
+        data.QueueRunner(queue, [])
+    with pytest.raises(ValueError, match="needs a session or a coordinator"):
+        data.QueueRunner(queue, [counter(1)]).create_threads()
+
+
+def test_an_enqueue_on_a_full_queue_gives_up_on_a_stop_request() -> None:
+    queue = data.FIFOQueue(capacity=1, name="full")
+    queue.enqueue(0)
+    with pytest.raises(data.QueueClosedError, match="queue 'full': stop requested"):
+        queue.enqueue(1, stop=lambda: True)
+    assert queue.size() == 1
+
+
+async def test_closing_with_cancel_pending_enqueues_drops_the_waiting_items() -> None:
+    queue = data.FIFOQueue(capacity=3)
+    queue.enqueue(1)
+    queue.enqueue(2)
+    queue.close(cancel_pending_enqueues=True)
+    assert queue.closed
+    assert queue.size() == 0
+    with pytest.raises(monitored.OutOfRangeError):
+        await queue.dequeue_many(1)

@@ -13,7 +13,14 @@ See ``docs/data.md``.
 """
 
 from ._batching import batch, shuffle_batch
-from ._errors import BatchError, DataError, ProducerError, QueueClosedError, ResumeMismatchError
+from ._errors import (
+    BatchError,
+    DataError,
+    InputStateError,
+    ProducerError,
+    QueueClosedError,
+    ResumeMismatchError,
+)
 from ._prefetch import FeedingPipeline, Pipeline, pipelines, prefetch
 from ._queue_runner import FIFOQueue, QueueRunner, add_queue_runner, start_queue_runners
 from ._sharding import shard
@@ -23,6 +30,7 @@ __all__ = [
     "DataError",
     "FIFOQueue",
     "FeedingPipeline",
+    "InputStateError",
     "Pipeline",
     "ProducerError",
     "QueueClosedError",

@@ -303,17 +303,17 @@ def _examples(tensors: Any, enqueue_many: bool, label: str) -> _Examples | Itera
 
 def _stack(examples: list[Any], label: str) -> Any:
     """One batch from single examples: each field stacked on a new leading axis."""
-    first = flatten(examples[0])
+    first = [path for path, _ in flatten(examples[0])]
     columns: list[list[Any]] = [[] for _ in first]
     for number, example in enumerate(examples):
-        leaves = flatten(example)
-        if [p for p, _ in leaves] != [p for p, _ in first]:
+        leaves = dict(flatten(example))  # by path: a dict's fields may come in any order
+        if len(leaves) != len(first) or not all(path in leaves for path in first):
             raise TypeError(
-                f"{label}: example {number} of a batch has fields {[p for p, _ in leaves]}, "
-                f"the first has {[p for p, _ in first]}"
+                f"{label}: example {number} of a batch has fields {list(leaves)}, "
+                f"the first has {first}"
             )
-        for column, (_, leaf) in zip(columns, leaves, strict=True):
-            column.append(leaf)
+        for column, path in zip(columns, first, strict=True):
+            column.append(leaves[path])
     stacked = iter(
         [
             array_module(column[0]).stack(column) if is_array(column[0]) else np.asarray(column)

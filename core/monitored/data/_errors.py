@@ -11,6 +11,7 @@ from .._core._errors import MonitoredError
 __all__ = [
     "BatchError",
     "DataError",
+    "InputStateError",
     "ProducerError",
     "QueueClosedError",
     "ResumeMismatchError",
@@ -53,6 +54,15 @@ class ResumeMismatchError(DataError, ValueError):
 
     Resuming would silently feed other batches than the interrupted run would
     have; the message names each setting that differs.
+    """
+
+
+class InputStateError(DataError, ValueError):
+    """The input position a checkpoint holds for a pipeline is damaged.
+
+    Not a number where the next batch's index should be, a negative index, a
+    skipped range that is not ``[start, stop]``: resuming from it would feed
+    batches from nowhere. The message names the pipeline and the entry.
     """
 
 

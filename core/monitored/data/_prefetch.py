@@ -11,6 +11,14 @@ pipeline's plugin state, saved with each checkpoint at the step it was taken.
 Backpressure: a producer may claim index ``g`` only while
 ``g < next + buffer_size + num_workers``, so at most ``buffer_size`` finished
 batches wait, plus one in progress per worker; memory stays bounded.
+
+Who makes a batch: workers (tasks or threads), and the consumer itself when
+the batch it needs is not claimed yet and is cheap. A sync source in tasks
+runs on the loop's thread anyway; in threads, handing one batch over costs a
+wake-up of the thread and one of the event loop (tens of microseconds), so a
+batch that took under ``_INLINE_BELOW_SECS`` to make is made in place. The
+consumer takes such a batch straight away, without the reorder buffer. Claims
+go through one lock whoever claims, so order, bounds and resume are the same.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, final
 
 import anyio
 import anyio.abc
@@ -31,7 +39,7 @@ import anyio.lowlevel
 from .._core._coordinator import END_OF_INPUT
 from .._core._errors import OutOfRangeError
 from .._core._run import SessionRunArgs
-from ._errors import BatchError, ProducerError, ResumeMismatchError
+from ._errors import BatchError, InputStateError, ProducerError, ResumeMismatchError
 from ._structure import Signature, check_batch, quick_signature
 from ._wake import LoopWaker
 
@@ -47,6 +55,10 @@ log = logging.getLogger("monitored")
 
 _MISSING: Final = object()
 _POLL_SECS: Final = 0.005
+#: Below this a batch is cheaper to make on the consumer's thread than to wait
+#: for a worker thread to make it: handing a batch over between threads costs a
+#: wake-up of the worker and one of the event loop, tens of microseconds.
+_INLINE_BELOW_SECS: Final = 20e-6
 _DEFAULT_GRACE_SECS: Final = 120.0
 
 Spawn = Callable[..., Any]
@@ -106,8 +118,14 @@ class Pipeline:
         self._threads = threads
         #: Batches are made by sync code in the event loop's thread (task producers).
         self._sync_in_loop = not threads and not async_source
-        #: The iterator of a sync source read by task producers, with its generation.
-        self._shared: tuple[int, Iterator[Any]] | None = None
+        self._sync_iterable = open_iter is not None and not async_source
+        #: The iterator of a sync source, for the producers of the current generation.
+        self._reader: _Reader | None = None
+        #: How long the last batch took to make: below ``_INLINE_BELOW_SECS`` the
+        #: consumer makes a missing batch itself rather than wait for a thread.
+        self._load_secs = float("inf")
+        #: Worker threads waiting on ``_space`` and not yet woken.
+        self._sleepers = 0
         self._window = buffer_size + num_workers
         self._half = self._window // 2
         self._config: dict[str, Any] = dict(config or {})
@@ -199,8 +217,9 @@ class Pipeline:
         return saved
 
     def load_plugin_state(self, state: Mapping[str, Any]) -> None:
-        """Resume at the saved position; refuse a differently configured pipeline."""
-        saved_config = dict(state.get("config", {}))
+        """Resume at the saved position; refuse a differently configured pipeline,
+        and a damaged position (:class:`~monitored.data.InputStateError`)."""
+        saved_config, position, skips, seed = self._read_saved(state)
         if saved_config != self._config:
             keys = sorted(set(saved_config) | set(self._config))
             diffs = [
@@ -213,14 +232,55 @@ class Pipeline:
                 f"configuration: {', '.join(diffs)}; resuming would feed other batches. "
                 "Use the saved settings, or another pipeline name to start this input afresh"
             )
-        if state.get("seed") is not None:
-            self._seed = int(state["seed"])
+        if seed is not None:
+            self._seed = seed
             self._reseed()
         with self._lock:
-            self._next = int(state["next"])
-            self._skips = [(int(a), int(b)) for a, b in state.get("skips", [])]
+            self._next = position
+            self._skips = skips
         if self._running:
             self._start()
+
+    def _read_saved(
+        self, state: object
+    ) -> tuple[dict[str, Any], int, list[tuple[int, int]], int | None]:
+        """``(config, next, skips, seed)`` of a saved state, checked: a checkpoint
+        may have been damaged or written by someone else."""
+
+        def damaged(what: str) -> InputStateError:
+            return InputStateError(
+                f"input pipeline {self.name!r}: the saved input position is damaged: {what}"
+            )
+
+        if not isinstance(state, Mapping):
+            raise damaged(f"a {type(state).__name__}, not a mapping")
+        config = state.get("config", {})
+        if not isinstance(config, Mapping):
+            raise damaged(f"'config' is a {type(config).__name__}, not a mapping")
+        if "next" not in state:
+            raise damaged("'next' (the index of the next batch) is missing")
+        position = state["next"]
+        if not _is_index(position):
+            raise damaged(f"'next' is {_show(position)}, not an index >= 0")
+        skips = state.get("skips", [])
+        if not isinstance(skips, list):
+            raise damaged(f"'skips' is a {type(skips).__name__}, not a list")
+        ranges = []
+        for entry in skips:
+            if (
+                not isinstance(entry, list | tuple)
+                or len(entry) != 2
+                or not all(_is_index(bound) for bound in entry)
+                or entry[0] > entry[1]
+            ):
+                raise damaged(
+                    f"the skipped range {_show(entry)} is not [start, stop] with 0 <= start <= stop"
+                )
+            ranges.append((int(entry[0]), int(entry[1])))
+        seed = state.get("seed")
+        if seed is not None and not _is_index(seed):
+            raise damaged(f"'seed' is {_show(seed)}, not an int >= 0")
+        return dict(config), int(position), sorted(ranges), seed
 
     def _reseed(self) -> None:
         """Subclass hook: the seed changed (restored from a checkpoint)."""
@@ -263,30 +323,40 @@ class Pipeline:
             self._error = None
             self._error_raised = False
             self._ready = {}
-            self._space.notify_all()
+            self._wake_locked()
             old, self._retire = self._retire, anyio.Event()
             retire = self._retire
+            old_reader = self._reader
+            # One worker thread means one call of the source at a time, as the
+            # user may assume: the consumer making a batch takes the same lock.
+            serial = self._threads and self._num_workers == 1
+            reader = self._reader = _Reader() if self._sync_iterable or serial else None
         if self._stager is not None:
             self._stager.clear()
         if old is not None:
             old.set()
+        if old_reader is not None:
+            old_reader.close(blocking=False)  # else the thread reading it closes it
         self._waker = LoopWaker()
-        self._spawn(self._serve, gen, retire, name=f"input pipeline {self.name}")
+        self._spawn(self._serve, gen, retire, reader, name=f"input pipeline {self.name}")
 
     def _stop(self) -> None:
         with self._lock:
             was_running, self._running = self._running, False
             self._gen += 1
-            self._space.notify_all()
+            self._wake_locked()
             events = [self._waiting, self._space_event, self._retire]
             self._waiting = self._space_event = None
+            reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close(blocking=False)
         for event in events:
             if event is not None:
                 event.set()
         if was_running:
             self._report_unconsumed_error()
 
-    async def _serve(self, gen: int, retire: anyio.Event) -> None:
+    async def _serve(self, gen: int, retire: anyio.Event, reader: _Reader | None) -> None:
         threads: list[threading.Thread] = []
         try:
             async with anyio.create_task_group() as tasks:
@@ -294,12 +364,15 @@ class Pipeline:
                     label = f"monitored.data {self.name} worker {i}"
                     if self._threads:
                         thread = threading.Thread(
-                            target=self._thread_worker, args=(gen,), name=label, daemon=True
+                            target=self._thread_worker,
+                            args=(gen, reader),
+                            name=label,
+                            daemon=True,
                         )
                         threads.append(thread)
                         thread.start()
                     else:
-                        tasks.start_soon(self._task_worker, gen, name=label)
+                        tasks.start_soon(self._task_worker, gen, reader, name=label)
                 await retire.wait()
                 tasks.cancel_scope.cancel()
         finally:
@@ -341,7 +414,7 @@ class Pipeline:
             )
 
     # -- producers -------------------------------------------------------------------------
-    def _claim_locked(self, gen: int) -> int | None:
+    def _claimable_locked(self, gen: int) -> int | None:
         """The next index to make, ``-1`` to wait for space, ``None`` to retire."""
         if gen != self._gen:
             return None
@@ -352,53 +425,115 @@ class Pipeline:
             return None
         if index >= self._next + self._window:
             return -1
-        self._claim = index + 1
         return index
 
-    def _thread_worker(self, gen: int) -> None:
-        iterator: Iterator[Any] | None = None
+    def _make(
+        self, gen: int, reader: _Reader | None, only: int | None = None
+    ) -> tuple[int, Any] | int | None:
+        """Claim the next index and make its batch in the calling thread.
+
+        Shared by thread workers, task workers and the consumer. For an iterator
+        (or a function with one worker thread) the claim and the call happen
+        under ``reader.lock``, so the source is called by one thread at a time
+        and an iterator's items go to consecutive indices. The
+        consumer passes ``only`` (the index it waits for) and never blocks: it
+        makes that batch or none. Returns ``(index, batch)``; ``-1`` when there
+        is nothing to claim now; ``None`` when producers of ``gen`` retire (a
+        failure is recorded for the step that needs the batch).
+        """
+        # Task producers and the consumer share the loop's thread and never
+        # await between claim and read: the lock is for threads.
+        locked = False
+        if reader is not None and self._threads:
+            if not reader.lock.acquire(blocking=only is None):
+                return -1  # a worker is reading the iterator: its batch comes soon
+            locked = True
+        try:
+            with self._lock:
+                index = self._claimable_locked(gen)
+                if index is None or index < 0:
+                    return index
+                if only is not None and index != only:
+                    return -1
+                self._claim = index + 1
+            try:
+                timed = self._threads
+                started = time.perf_counter() if timed else 0.0
+                if self._load is not None:
+                    batch = self._load(index)
+                else:
+                    assert reader is not None
+                    batch = reader.read(index, self._open_sync)
+                if locked:
+                    assert reader is not None
+                    reader.lock.release()
+                    locked = False
+                if timed:
+                    self._load_secs = time.perf_counter() - started
+                if self._check and (
+                    (quick := quick_signature(batch)) is None or quick != self._quick
+                ):
+                    error = self._check_slowly(batch, index, quick)
+                    if error is not None:
+                        self._fail(gen, index, error)
+                        return None
+            except BaseException as exc:
+                self._fail(gen, index, exc)
+                if (only is not None or not self._threads) and not isinstance(exc, Exception):
+                    raise  # an interrupt in the event loop's thread is not the source's
+                return None
+        finally:
+            if locked:
+                assert reader is not None
+                reader.lock.release()
+        return index, batch
+
+    def _produce(self, gen: int, reader: _Reader | None) -> bool:
+        """A worker's turn: make the next batch and leave it for the consumer.
+        False when the worker retires."""
+        made = self._make(gen, reader)
+        if made is None:
+            return False
+        if isinstance(made, tuple):
+            return self._deposit(gen, *made)
+        return True
+
+    def _thread_worker(self, gen: int, reader: _Reader | None) -> None:
         try:
             while True:
                 with self._lock:
-                    index = self._claim_locked(gen)
-                    while index == -1:
+                    while (index := self._claimable_locked(gen)) == -1:
+                        self._sleepers += 1  # reset by whoever wakes it
                         self._space.wait()
-                        index = self._claim_locked(gen)
-                if index is None:
-                    return
-                try:
-                    if self._load is not None:
-                        batch = self._load(index)
-                    else:
-                        if iterator is None:
-                            iterator = self._open_sync(index)
-                        batch = next(iterator)
-                except BaseException as exc:
-                    self._fail(gen, index, exc)
-                    return
-                if not self._deposit(gen, index, batch):
+                if index is None or not self._produce(gen, reader):
                     return
         finally:
-            _close(iterator)
+            if reader is not None:
+                reader.close(blocking=True)
 
-    async def _task_worker(self, gen: int) -> None:
+    async def _task_worker(self, gen: int, reader: _Reader | None) -> None:
         iterator: AsyncIterator[Any] | None = None
+        position = 0
         try:
             while True:
                 space: anyio.Event | None = None
                 with self._lock:
-                    index = self._claim_locked(gen)
+                    index = self._claimable_locked(gen)
                     if index == -1:
                         space = self._space_event
                         if space is None:
                             space = self._space_event = anyio.Event()
+                    elif index is not None and not self._sync_in_loop:
+                        self._claim = index + 1
                 if index is None:
                     return
                 if space is not None:
                     await space.wait()
                     continue
                 if self._sync_in_loop:
-                    if not self._make_here(gen, index):
+                    # Nothing else runs on this thread until it returns: the
+                    # claim above is still the next one.
+                    if not self._produce(gen, reader):
                         return
                     continue
                 try:
@@ -406,10 +541,16 @@ class Pipeline:
                         assert self._open_iter is not None
                         opened = self._open_iter(index)
                         assert isinstance(opened, AsyncIterator)
-                        iterator = opened
+                        iterator, position = opened, index
+                    while position < index:  # skipped batches are read and dropped
+                        await iterator.__anext__()
+                        position += 1
                     batch = await iterator.__anext__()
+                    position += 1
                 except Exception as exc:  # cancellation and interrupts propagate
                     self._fail(gen, index, exc)
+                    return
+                if self._check and not self._checked(gen, index, batch):
                     return
                 if not self._deposit(gen, index, batch):
                     return
@@ -419,34 +560,8 @@ class Pipeline:
                 if aclose is not None:
                     with anyio.CancelScope(shield=True):
                         await aclose()
-            shared = self._shared
-            if shared is not None and shared[0] == gen:
-                self._shared = None
-                _close(shared[1])
-
-    def _make_here(self, gen: int, index: int) -> bool:
-        """Make batch ``index`` of a sync source in the event loop's thread.
-
-        Called by task producers, and by the consumer itself when the batch it
-        needs is not made yet: a sync load in a task blocks the loop either way,
-        so making it at once saves two task switches per refill. Both claim
-        indices under the lock and make them without awaiting in between, so a
-        shared iterator is read in index order.
-        """
-        try:
-            if self._load is not None:
-                batch = self._load(index)
-            else:
-                shared = self._shared
-                if shared is None or shared[0] != gen:
-                    if shared is not None:
-                        _close(shared[1])
-                    shared = self._shared = (gen, self._open_sync(index))
-                batch = next(shared[1])
-        except Exception as exc:  # in the loop's thread: interrupts propagate
-            self._fail(gen, index, exc)
-            return False
-        return self._deposit(gen, index, batch)
+            if reader is not None:
+                reader.close(blocking=False)
 
     def _open_sync(self, index: int) -> Iterator[Any]:
         assert self._open_iter is not None
@@ -455,14 +570,20 @@ class Pipeline:
             raise TypeError(f"source {self.name!r} is async: it cannot be read in a thread")
         return iterator
 
+    def _checked(self, gen: int, index: int, batch: Any) -> bool:
+        """Whether ``batch`` has the structure of the first batch (else its
+        failure is recorded)."""
+        quick = quick_signature(batch)
+        if quick is not None and quick == self._quick:
+            return True
+        error = self._check_slowly(batch, index, quick)
+        if error is None:
+            return True
+        self._fail(gen, index, error)
+        return False
+
     def _deposit(self, gen: int, index: int, batch: Any) -> bool:
-        if self._check:
-            quick = quick_signature(batch)
-            if quick is None or quick != self._quick:
-                error = self._check_slowly(batch, index, quick)
-                if error is not None:
-                    self._fail(gen, index, error)
-                    return False
+        """Leave a checked batch in the reorder buffer (False: ``gen`` retired)."""
         with self._lock:
             if gen != self._gen:
                 return False
@@ -497,7 +618,7 @@ class Pipeline:
             elif self._error is None or index < self._error[0]:
                 self._error = (index, exc)
             self._limit = index if self._limit is None else min(self._limit, index)
-            self._space.notify_all()
+            self._wake_locked()
             event, self._waiting = self._waiting, None
         if event is not None:
             self._set(event)
@@ -513,40 +634,70 @@ class Pipeline:
         Raises ``OutOfRangeError`` at the end of the input and
         :class:`~monitored.data.ProducerError` for a batch whose producer failed.
         """
+        inline = True
         while True:
+            space: anyio.Event | None = None
             with self._lock:
                 index = self._next
                 batch = self._ready.pop(index, _MISSING)
                 if batch is not _MISSING or (self._skips and self._skipped(index)):
-                    self._next = index + 1
-                    # Producers resume once half the window is free, so a fast
-                    # source refills in bursts instead of one switch per batch.
-                    space = None
-                    if self._claim - self._next <= self._half:
-                        self._space.notify_all()
-                        space, self._space_event = self._space_event, None
-                    if batch is _MISSING:
-                        if space is not None:
-                            space.set()
-                        continue
+                    space = self._advance_locked(index)
+                    following = self._ready.get(index + 1, _MISSING)
+                else:
+                    self._raise_locked(index)
+                    # A sync source made in tasks runs on this thread anyway; one
+                    # made in threads is made here too when a batch costs less to
+                    # make than a hand-off (a wake-up of a thread and of the loop).
+                    inline = inline and (
+                        self._sync_in_loop
+                        or (self._threads and self._load_secs < _INLINE_BELOW_SECS)
+                    )
+                    if not inline:
+                        event = self._waiting = anyio.Event()
+            if space is not None:
+                space.set()
+            if batch is not _MISSING:
+                break
+            if self._skips and self._skipped(index):
+                continue
+            if inline:
+                made = self._make(self._gen, self._reader, only=index)
+                if isinstance(made, tuple):
+                    batch = made[1]  # made for this step: straight to it
+                    with self._lock:
+                        space = self._advance_locked(index)
+                        following = self._ready.get(index + 1, _MISSING)
                     if space is not None:
                         space.set()
-                    following = self._ready.get(index + 1, _MISSING)
                     break
-                self._raise_locked(index)
-                claimed = self._claim_locked(self._gen) if self._sync_in_loop else None
-                if claimed is None or claimed < 0:
-                    event = self._waiting = anyio.Event()
-            if claimed is not None and claimed >= 0:
-                self._make_here(self._gen, claimed)
+                inline = False  # a worker makes it, or it failed: look again, then wait
                 continue
             await event.wait()
+            inline = True
         stager = self._stager
         if stager is not None:
             batch = stager.take(index, batch)
             if following is not _MISSING:
                 stager.start(index + 1, following)
         return batch
+
+    def _advance_locked(self, index: int) -> anyio.Event | None:
+        """Batch ``index`` is consumed: move on, and wake producers once half the
+        window is free (so a fast source refills in bursts, not one switch per
+        batch). Returns a task producers' event to set outside the lock."""
+        self._next = index + 1
+        if self._claim - self._next > self._half:
+            return None
+        if self._sleepers:
+            self._wake_locked()
+        space, self._space_event = self._space_event, None
+        return space
+
+    def _wake_locked(self) -> None:
+        """Wake the worker threads waiting for space (a woken thread needs the
+        GIL to run, so it counts as awake from now on, not from then)."""
+        self._sleepers = 0
+        self._space.notify_all()
 
     def _raise_locked(self, index: int) -> None:
         if self._error is not None and self._error[0] == index:
@@ -616,6 +767,50 @@ class FeedingPipeline(Pipeline):
                 f"dicts of keyword arguments; got {type(batch).__name__}"
             )
         return SessionRunArgs(None, feeds=batch)
+
+
+@final
+class _Reader:
+    """One-at-a-time access to a sync source, for the producers of one generation.
+
+    A worker thread and the consumer may both read an iterator, or call a
+    function served by one worker, but one at a time (under ``lock``): claiming
+    an index and reading its item are one step under the lock, so an
+    iterator's items land on consecutive indices whoever reads.
+    """
+
+    __slots__ = ("closed", "iterator", "lock", "position")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.iterator: Iterator[Any] | None = None
+        #: The index of the item the iterator yields next.
+        self.position = 0
+        self.closed = False
+
+    def read(self, index: int, open_at: Callable[[int], Iterator[Any]]) -> Any:
+        """The batch at ``index`` (under ``lock``); items of skipped indices are
+        read and dropped."""
+        assert not self.closed, "a retired reader is never claimed from"
+        if self.iterator is None:
+            self.iterator, self.position = open_at(index), index
+        while self.position < index:
+            next(self.iterator)
+            self.position += 1
+        item = next(self.iterator)
+        self.position += 1
+        return item
+
+    def close(self, *, blocking: bool) -> None:
+        """Close the iterator, unless (``blocking=False``) a worker is reading it:
+        that worker closes it when it retires."""
+        if not self.lock.acquire(blocking=blocking):
+            return
+        try:
+            iterator, self.iterator, self.closed = self.iterator, None, True
+        finally:
+            self.lock.release()
+        _close(iterator)
 
 
 def prefetch(
@@ -733,6 +928,16 @@ def pipelines(session: MonitoredSession) -> list[Pipeline]:
     calls :meth:`Pipeline.skip` on each to leave out the batches that followed.
     """
     return [info.plugin for info in session.plugins if isinstance(info.plugin, Pipeline)]
+
+
+def _is_index(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _show(value: object) -> str:
+    """``repr`` cut short: the value came from a file."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _close(iterator: object) -> None:

@@ -135,6 +135,8 @@ class QueueRunner:
         self.exceptions_raised: list[BaseException] = []
         self._lock = threading.Lock()
         self._running = 0
+        #: Threads of this runner still running, per coordinator (by id).
+        self._runs: dict[int, int] = {}
 
     def create_threads(
         self,
@@ -144,12 +146,19 @@ class QueueRunner:
         start: bool = False,
     ) -> list[threading.Thread]:
         """One thread per enqueue function, registered with ``coord`` (default:
-        the session's), started when ``start``."""
+        the session's), started when ``start``.
+
+        As in TF1, ``[]`` when this runner's threads already run under that
+        coordinator (a second call does not start them twice).
+        """
         if coord is None:
             if sess is None:
                 raise ValueError("create_threads needs a session or a coordinator")
             coord = sess.coord
         with self._lock:
+            if self._runs.get(id(coord)):
+                return []
+            self._runs[id(coord)] = len(self.enqueue_fns)
             self._running += len(self.enqueue_fns)
         threads = []
         for i, fn in enumerate(self.enqueue_fns):
@@ -183,6 +192,9 @@ class QueueRunner:
             with self._lock:
                 self._running -= 1
                 last = self._running == 0
+                left = self._runs.pop(id(coord)) - 1
+                if left:
+                    self._runs[id(coord)] = left
             if last or coord.should_stop():
                 self.queue.close(cancel_pending_enqueues=coord.should_stop())
 
