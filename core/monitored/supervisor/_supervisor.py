@@ -123,9 +123,10 @@ class Supervisor:
             (:func:`monitored.train.warm_start`). TF1 called it with the session.
         local_init_op: ``fn(state)`` run each time the session is created, on every
             process, once ``ready_for_local_init_op`` allows it.
-        ready_op, ready_for_local_init_op: ``fn(state)`` returning ``None`` when the
-            state is ready (for local init), else a message saying what is
-            missing. Default: the state counts as ready once initialized or restored.
+        ready_op: ``fn(state)`` returning ``None`` when the state is ready, else a
+            message saying what is missing. Default: the state counts as ready
+            once initialized or restored.
+        ready_for_local_init_op: the same check, made before ``local_init_op``.
         logdir: where checkpoints and event files go; ``None`` switches off the
             checkpoint and summary services (and recovery).
         summary_op: a summary function ``fn(state) -> {tag: number or array}``,
@@ -152,8 +153,9 @@ class Supervisor:
         summary_writer: a ``monitored_summaries.FileWriter`` to write to (default:
             the shared writer of ``logdir``); ``None`` switches summaries off.
         hooks: more hooks for the session, called before the services' hooks.
-        disable_plugins, plugin_options, max_recoveries: as for
-            :class:`~monitored.MonitoredSession`.
+        disable_plugins: as for :class:`~monitored.MonitoredSession`.
+        plugin_options: as for :class:`~monitored.MonitoredSession`.
+        max_recoveries: as for :class:`~monitored.MonitoredSession`.
 
     **Plugins.** Checkpoints need ``monitored-checkpoint`` and summaries
     ``monitored-summaries``. A ``logdir`` asks for checkpoints (and recovery):
