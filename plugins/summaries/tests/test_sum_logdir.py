@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -157,6 +158,35 @@ def test_a_failed_upload_keeps_the_last_complete_copy_and_no_partial_file(
     ]
     with pytest.raises(SummaryWriteError):
         writer.close()
+
+
+def test_a_failed_writer_waits_for_close_instead_of_spinning(
+    mem_dir: str, monkeypatch: Any
+) -> None:
+    writer = FileWriter(mem_dir, flush_secs=0.001)
+    monkeypatch.setattr(fsspec.filesystem("memory"), "mv", _refuse)
+    writer.add_summary(one("a", 1.0), 1)
+    with pytest.raises(SummaryWriteError):
+        writer.flush()
+    calls = 0
+    get = writer._queue.get
+
+    def counting_get(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return get(*args, **kwargs)
+
+    monkeypatch.setattr(writer._queue, "get", counting_get)
+    writer._queue.put(None)  # wake the thread once, so that it runs the loop again
+    time.sleep(0.2)
+    # A thread that spun (a zero timeout after the failure) would have looped thousands of times.
+    assert calls <= 2
+    with pytest.raises(SummaryWriteError):
+        writer.close()
+
+
+def _refuse(*args: Any, **kwargs: Any) -> None:
+    raise OSError(5, "connection reset")
 
 
 def test_a_remote_writer_that_cannot_start_leaves_no_staging_directory(

@@ -239,7 +239,9 @@ class FileWriter:
         next_flush = time.monotonic() + self._flush_secs
         pending = False
         while True:
-            timeout = max(0.0, next_flush - time.monotonic()) if pending else None
+            # After a failure nothing is flushed again: wait for close, never spin.
+            due = pending and self._error is None
+            timeout = max(0.0, next_flush - time.monotonic()) if due else None
             try:
                 item = self._queue.get(timeout=timeout)
             except queue.Empty:
