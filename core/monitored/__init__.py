@@ -106,12 +106,17 @@ from .train import (
 
 _PRIVATE = "monitored._core."
 
-# Tracebacks and reprs name the public path (monitored.PluginError), not the
-# private module a name happens to live in (anyio does the same).
+# Tracebacks name the public path (monitored.PluginError), not the private module
+# an error happens to live in (anyio does the same). Only exceptions and
+# functions: other classes keep their module, where typing.get_type_hints
+# resolves their string annotations.
 for _value in list(locals().values()):
-    if isinstance(_value, type | _FunctionType) and _value.__module__.startswith(_PRIVATE):
+    _public = isinstance(_value, _FunctionType) or (
+        isinstance(_value, type) and issubclass(_value, BaseException)
+    )
+    if _public and _value.__module__.startswith(_PRIVATE):
         _value.__module__ = __name__
-del _value
+del _value, _public
 
 try:
     __version__ = _version("monitored")
