@@ -689,6 +689,36 @@ async def test_only_plugins_holding_state_are_said_to_start_fresh(
     assert busy.loaded == idle.loaded == []
 
 
+@pytest.mark.parametrize(
+    ("entry", "shown"),
+    [
+        ([1, 2], "a list"),
+        ({"version": 1}, "a mapping {'version': int}"),
+        ({"version": 1, "state": [3]}, "'state': list"),
+        ({"version": "2", "state": {}}, "'version': str"),
+        ({"version": True, "state": {}}, "'version': bool"),
+        ({"version": 0, "state": {}}, "'version': int"),
+    ],
+)
+async def test_a_malformed_saved_state_names_the_plugin(
+    state: TrainState, entry: Any, shown: str
+) -> None:
+    class Keeper:
+        plugin_name = "keeper"
+
+        def plugin_state(self) -> dict[str, int]:
+            return {}
+
+        def load_plugin_state(self, state: dict[str, int]) -> None:
+            pytest.fail("a malformed entry must not reach the plugin")
+
+    async with monitored.MonitoredSession(state, hooks=[Keeper()]) as sess:
+        with pytest.raises(monitored.PluginError, match="saved state of hook 'keeper'") as info:
+            await sess.load_plugin_states({"keeper": entry})
+    assert shown in str(info.value)
+    assert info.value.plugin == "keeper"
+
+
 async def test_fetch_and_write_summaries(state: TrainState) -> None:
     written = []
 

@@ -1033,7 +1033,22 @@ class MonitoredSession:
                     call.info.describe(),
                 )
                 continue
-            version, mine = entry.get("version", 1), _state_version(call.info.plugin)
+            state = entry.get("state") if isinstance(entry, Mapping) else None
+            version = entry.get("version", 1) if isinstance(entry, Mapping) else None
+            if (
+                not isinstance(state, Mapping)
+                or isinstance(version, bool)
+                or not isinstance(version, int)
+                or version < 1
+            ):
+                raise PluginError(
+                    f"the saved state of {call.info.describe()} is malformed: expected "
+                    f"{{'version': int >= 1, 'state': mapping}}, got {_shape_of(entry)}",
+                    plugin=call.info.name,
+                    distribution=call.info.distribution,
+                    hook="load_plugin_state",
+                )
+            mine = _state_version(call.info.plugin)
             if version > mine:
                 raise PluginError(
                     f"the checkpoint holds state version {version} for {call.info.describe()}, "
@@ -1042,12 +1057,20 @@ class MonitoredSession:
                     distribution=call.info.distribution,
                     hook="load_plugin_state",
                 )
-            await invoke(call, (self, entry["state"]), self._state.global_step)
+            await invoke(call, (self, state), self._state.global_step)
 
     def _require_plan(self) -> CallPlan:
         if self._plan is None:
             raise RuntimeError("the session has not been entered yet")
         return self._plan
+
+
+def _shape_of(entry: object) -> str:
+    """A short description of a malformed saved entry (never its whole content)."""
+    if isinstance(entry, Mapping):
+        fields = ", ".join(f"{k!r}: {type(v).__name__}" for k, v in list(entry.items())[:5])
+        return f"a mapping {{{fields}}}"
+    return f"a {type(entry).__name__}"
 
 
 @final
