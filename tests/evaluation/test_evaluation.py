@@ -91,6 +91,10 @@ async def test_bad_input_is_refused_clearly(tmp_path: Path) -> None:
         await evaluate_once(eval_step, _metrics(), input=DATA, state=state, eval_steps=0)
     with pytest.raises(NoCheckpointError, match=str(tmp_path)):
         await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
+    with pytest.raises(ValueError, match="evaluate_once needs at least one metric"):
+        await evaluate_once(eval_step, {}, input=DATA, state=state)
+    with pytest.raises(TypeError, match=r"evaluate_once: metrics\['mse'\] is int"):
+        await evaluate_once(eval_step, {"mse": 3}, input=DATA, state=state)  # type: ignore[dict-item]
 
     def lazy_step(state: Any, batch: Any, metrics: Any) -> None:
         return None

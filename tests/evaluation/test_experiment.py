@@ -383,9 +383,13 @@ def test_bad_arguments_are_refused_naming_them(kwargs: dict[str, Any], match: st
 def test_bad_functions_metrics_and_tf_only_arguments_are_refused() -> None:
     with pytest.raises(ExperimentConfigError, match="eval_fn=3"):
         Experiment(train_step, 3, _metrics())  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="needs at least one metric"):
+    with pytest.raises(
+        ExperimentConfigError, match=r"Experiment\(eval_metrics=...\) needs at least one metric"
+    ):
         Experiment(train_step, eval_step, {})
-    with pytest.raises(TypeError, match=r"metrics\['acc'\] is float"):
+    with pytest.raises(
+        ExperimentConfigError, match=r"Experiment\(eval_metrics=...\): metrics\['acc'\] is float"
+    ):
         Experiment(train_step, eval_step, {"acc": 0.5})  # type: ignore[dict-item]
     with pytest.raises(monitored.UnsupportedArgumentError, match="export_strategies"):
         Experiment(train_step, eval_step, _metrics(), export_strategies=["x"])  # type: ignore[arg-type]

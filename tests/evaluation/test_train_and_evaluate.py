@@ -168,8 +168,14 @@ def test_bad_specs_are_refused_naming_the_argument() -> None:
         eval_spec(start_delay_secs=float("nan"))
     with pytest.raises(ExperimentConfigError, match=r"EvalSpec\(eval_fn=1\)"):
         EvalSpec(1, {"w": m.Mean()})  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"EvalSpec\(metrics=...\) needs at least one metric"):
+    with pytest.raises(
+        ExperimentConfigError, match=r"EvalSpec\(metrics=...\) needs at least one metric"
+    ):
         EvalSpec(eval_step, {})
+    with pytest.raises(
+        ExperimentConfigError, match=r"EvalSpec\(metrics=...\): metrics\['acc'\] is str"
+    ):
+        EvalSpec(eval_step, {"acc": "Accuracy"})  # type: ignore[dict-item]
 
 
 async def test_train_and_evaluate_refuses_what_is_not_a_spec() -> None:
