@@ -14,7 +14,9 @@ def test_plugins_lists_name_distribution_version_and_hooks(
     fake_plugin: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fake_plugin(
-        "progress", "chief_only = True\ndef before_run(): pass\ndef end(): pass\n", version="0.3"
+        "progress",
+        "chief_only = True\ntraining_only = True\ndef before_run(): pass\ndef end(): pass\n",
+        version="0.3",
     )
     assert main(["plugins"]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -22,6 +24,8 @@ def test_plugins_lists_name_distribution_version_and_hooks(
     assert out[1].split() == [
         "progress",
         "(chief",
+        "only)",
+        "(training",
         "only)",
         "monitored-progress",
         "0.3",
@@ -41,6 +45,7 @@ def test_plugins_json(fake_plugin: Any, capsys: pytest.CaptureFixture[str]) -> N
             "hooks": ["before_run"],
             "options": [],
             "chief_only": False,
+            "training_only": False,
             "disabled": False,
         }
     ]

@@ -59,6 +59,7 @@ def _describe_plugins() -> list[dict[str, Any]]:
                     "hooks": [],
                     "options": [],
                     "chief_only": False,
+                    "training_only": False,
                     "disabled": True,
                 }
             )
@@ -74,6 +75,7 @@ def _describe_plugins() -> list[dict[str, Any]]:
                 "hooks": hooks,
                 "options": _declared_options(manager),
                 "chief_only": bool(getattr(info.plugin, "chief_only", False)),
+                "training_only": bool(getattr(info.plugin, "training_only", False)),
                 "disabled": False,
             }
         )
@@ -97,6 +99,7 @@ def _plugins_command(args: argparse.Namespace) -> int:
         (
             row["name"]
             + (" (chief only)" if row["chief_only"] else "")
+            + (" (training only)" if row["training_only"] else "")
             + (f" (disabled by {DISABLE_ENV})" if row["disabled"] else ""),
             row["distribution"],
             row["version"],

@@ -15,6 +15,7 @@ from monitored import metrics as m
 from monitored.evaluation import (
     EvaluationFailedError,
     EvaluationHook,
+    EvaluationSession,
     NoCheckpointError,
     NoMetricUpdatesError,
     evaluate_once,
@@ -91,6 +92,10 @@ async def test_bad_input_is_refused_clearly(tmp_path: Path) -> None:
         await evaluate_once(eval_step, _metrics(), input=DATA, state=state, eval_steps=0)
     with pytest.raises(NoCheckpointError, match=str(tmp_path)):
         await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
+    with pytest.raises(ValueError, match="evaluate_once needs at least one metric"):
+        await evaluate_once(eval_step, {}, input=DATA, state=state)
+    with pytest.raises(TypeError, match=r"evaluate_once: metrics\['mse'\] is int"):
+        await evaluate_once(eval_step, {"mse": 3}, input=DATA, state=state)  # type: ignore[dict-item]
 
     def lazy_step(state: Any, batch: Any, metrics: Any) -> None:
         return None
@@ -103,6 +108,26 @@ async def test_bad_input_is_refused_clearly(tmp_path: Path) -> None:
 
     with pytest.raises(m.MetricShapeError, match=r"\(3,\).*\(2,\)"):
         await evaluate_once(bad_shapes, _metrics(), input=DATA, state=state)
+
+
+async def test_evaluation_sessions_leave_training_only_plugins_out(fake_plugin: Any) -> None:
+    fake_plugin(
+        "trainer",
+        """
+        import monitored
+        training_only = True
+        def declare_options():
+            return [monitored.Option("watch", "", "what to watch")]
+        def end(): pass
+        """,
+    )
+    fake_plugin("everywhere", "def end(): pass\n")
+    options = {"trainer": {"watch": "loss"}}  # set for training: ignored where not loaded
+    state = monitored.TrainState({"w": np.array([1.0])})
+    async with monitored.MonitoredSession(state, plugin_options=options) as sess:
+        assert [p.name for p in sess.plugins] == ["everywhere", "trainer"]
+    async with EvaluationSession(state, plugin_options=options) as sess:
+        assert [p.name for p in sess.plugins] == ["everywhere"]
 
 
 async def test_without_the_checkpoint_plugin_says_what_to_install(
@@ -191,6 +216,42 @@ async def test_an_evaluation_that_raises_stops_training() -> None:
     assert isinstance(info.value.__cause__, RuntimeError)
     assert state.global_step == 1
     assert ended == []
+
+
+@pytest.mark.parametrize("fails", [False, True])
+async def test_the_final_evaluation_comes_before_other_hooks_end(fails: bool) -> None:
+    events: list[str] = []
+
+    class Watch:
+        def after_evaluate(self, session: Any, step: int, metrics: Any) -> None:
+            events.append(f"evaluated {step}")
+
+        def end(self, session: Any) -> None:
+            events.append(f"end {session.state.global_step}")
+
+    def final_may_fail(state: Any, batch: Any, metrics: Any) -> None:
+        if fails and state.global_step == 2:
+            raise RuntimeError("eval model is broken")
+        eval_step(state, batch, metrics)
+
+    hook = EvaluationHook(
+        final_may_fail, _metrics(), input_fn=lambda: DATA, every_n_steps=10, at_end=True
+    )
+    state = monitored.TrainState({"w": np.array([0.0])})
+
+    async def train(hooks: list[object]) -> None:
+        async with monitored.MonitoredSession(state, hooks=hooks) as sess:
+            while state.global_step < 2:
+                await sess.run(train_step)
+
+    if not fails:
+        await train([Watch(), hook])  # listed after Watch, evaluating before its end
+        assert events == ["evaluated 1", "evaluated 2", "end 2"]
+        return
+    with pytest.raises(EvaluationFailedError, match="training step 2") as info:
+        await train([hook, Watch()])
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert events == ["evaluated 1", "end 2"]  # the failure waited for the other hooks' end
 
 
 async def test_async_input_and_a_step_ending_the_input() -> None:

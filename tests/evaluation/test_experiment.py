@@ -383,9 +383,13 @@ def test_bad_arguments_are_refused_naming_them(kwargs: dict[str, Any], match: st
 def test_bad_functions_metrics_and_tf_only_arguments_are_refused() -> None:
     with pytest.raises(ExperimentConfigError, match="eval_fn=3"):
         Experiment(train_step, 3, _metrics())  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="needs at least one metric"):
+    with pytest.raises(
+        ExperimentConfigError, match=r"Experiment\(eval_metrics=...\) needs at least one metric"
+    ):
         Experiment(train_step, eval_step, {})
-    with pytest.raises(TypeError, match=r"metrics\['acc'\] is float"):
+    with pytest.raises(
+        ExperimentConfigError, match=r"Experiment\(eval_metrics=...\): metrics\['acc'\] is float"
+    ):
         Experiment(train_step, eval_step, {"acc": 0.5})  # type: ignore[dict-item]
     with pytest.raises(monitored.UnsupportedArgumentError, match="export_strategies"):
         Experiment(train_step, eval_step, _metrics(), export_strategies=["x"])  # type: ignore[arg-type]
@@ -543,3 +547,104 @@ async def test_a_resumed_run_has_heard_the_same_evaluations_as_a_straight_one(
     resumed = await run(tmp_path / "resumed", 8)
     straight = await run(tmp_path / "straight", 8)
     assert resumed == straight == [2, 4, 6, 8]
+
+
+# -- training-only plugins, failed evaluations and checkpoints -----------------------------------
+TRAINING_ONLY = ["checkpoint", "early_stopping", "nan_guard", "progress"]
+
+
+class LoadedPlugins:
+    """A hook recording the installed plugins each session it runs in has loaded."""
+
+    def __init__(self) -> None:
+        self.seen: list[list[str]] = []
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        self.seen.append(sorted(p.name for p in session.plugins if p.source == "entry point"))
+
+
+@pytest.mark.parametrize("through", ["plugin_options", "environment"])
+async def test_training_only_plugins_stay_out_of_evaluation_sessions(
+    through: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MONITORED_DISABLE_PLUGIN_AUTOLOAD")
+    monkeypatch.setenv("MONITORED_DISABLE_PLUGINS", _all_plugins_but(*TRAINING_ONLY))
+    options = {
+        "early_stopping": {"monitor": "loss", "patience": 100},
+        "progress": {"mode": "plain"},
+    }
+    if through == "environment":
+        monkeypatch.setenv(
+            "MONITORED_PLUGIN_OPTIONS", "early_stopping.monitor=loss;early_stopping.patience=100"
+        )
+        options = {"progress": {"mode": "plain"}}
+
+    def nan_loss_eval(state: monitored.TrainState, batch: Any, metrics: Any) -> dict[str, Any]:
+        eval_step(state, batch, metrics)
+        return {"loss": np.float64("nan")}  # the NaN guard would fail an eval session on it
+
+    in_training, in_evaluation = LoadedPlugins(), LoadedPlugins()
+    heard = Heard()
+    exp = Experiment(
+        train_step,
+        nan_loss_eval,
+        _metrics(),
+        eval_input_fn=lambda: EVAL_DATA,
+        scaffold=monitored.Scaffold(init_fn=init),
+        model_dir=tmp_path,
+        train_steps=4,
+        save_checkpoint_steps=2,
+        log_step_count_steps=None,
+        train_hooks=[in_training, heard],
+        eval_hooks=[in_evaluation],
+        plugin_options=options,
+    )
+    result = await exp.train_and_evaluate()
+    assert in_training.seen == [TRAINING_ONLY]
+    assert in_evaluation.seen == [[], []]  # none of them in either evaluation
+    assert heard.steps == [2, 4]
+    assert result.steps == len(EVAL_DATA)  # nothing stopped the evaluation early
+    assert result.metrics["w"] == 4.0
+
+
+async def test_a_failed_evaluation_keeps_the_checkpoint_it_was_evaluating(
+    tmp_path: Path, checkpoint_plugin: None
+) -> None:
+    import monitored_checkpoint
+
+    def broken_at_3(state: monitored.TrainState, batch: Any, metrics: Any) -> None:
+        if state.global_step == 3:
+            raise RuntimeError("eval model is broken")
+        eval_step(state, batch, metrics)
+
+    exp = experiment(model_dir=tmp_path, train_steps=5, save_checkpoint_steps=3)
+    exp.eval_fn = broken_at_3
+    with pytest.raises(EvaluationFailedError, match="training step 3.*training stops") as info:
+        await exp.train_and_evaluate()
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert exp.state.global_step == 3  # training did not go on
+    latest = monitored_checkpoint.latest_checkpoint(tmp_path)
+    assert latest == os.path.join(tmp_path, "model.ckpt-3")
+    restored = monitored.TrainState()
+    monitored_checkpoint.restore(restored, latest)
+    assert restored["w"][0] == 3.0
+
+
+async def test_a_failed_final_evaluation_keeps_the_final_checkpoint(
+    tmp_path: Path, checkpoint_plugin: None
+) -> None:
+    import monitored_checkpoint
+
+    def broken_at_5(state: monitored.TrainState, batch: Any, metrics: Any) -> None:
+        if state.global_step == 5:
+            raise RuntimeError("eval broke at the end")
+        eval_step(state, batch, metrics)
+
+    exp = experiment(model_dir=tmp_path, train_steps=5, save_checkpoint_steps=3)
+    exp.eval_fn = broken_at_5
+    with pytest.raises(EvaluationFailedError, match="training step 5") as info:
+        await exp.train_and_evaluate()
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert monitored_checkpoint.latest_checkpoint(tmp_path) == os.path.join(
+        tmp_path, "model.ckpt-5"
+    )

@@ -168,8 +168,14 @@ def test_bad_specs_are_refused_naming_the_argument() -> None:
         eval_spec(start_delay_secs=float("nan"))
     with pytest.raises(ExperimentConfigError, match=r"EvalSpec\(eval_fn=1\)"):
         EvalSpec(1, {"w": m.Mean()})  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"EvalSpec\(metrics=...\) needs at least one metric"):
+    with pytest.raises(
+        ExperimentConfigError, match=r"EvalSpec\(metrics=...\) needs at least one metric"
+    ):
         EvalSpec(eval_step, {})
+    with pytest.raises(
+        ExperimentConfigError, match=r"EvalSpec\(metrics=...\): metrics\['acc'\] is str"
+    ):
+        EvalSpec(eval_step, {"acc": "Accuracy"})  # type: ignore[dict-item]
 
 
 async def test_train_and_evaluate_refuses_what_is_not_a_spec() -> None:
@@ -179,3 +185,36 @@ async def test_train_and_evaluate_refuses_what_is_not_a_spec() -> None:
         await train_and_evaluate(TrainSpec(train_step), TrainSpec(train_step))  # type: ignore[arg-type]
     with pytest.raises(ExperimentConfigError, match="hooks=...\\): not an Experiment argument"):
         await train_and_evaluate(TrainSpec(train_step), eval_spec(), hooks=[])
+
+
+@pytest.mark.parametrize("with_checkpoints", [False, True])
+async def test_early_stopping_in_train_hooks_acts_on_the_final_evaluation(
+    with_checkpoints: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from monitored_early_stopping import EarlyStoppingHook
+
+    # Two evaluations: the best (w = 1 at step 1, the first of every 5 steps; or
+    # w = 2 at the checkpoint of step 2) and the final state's (w = 3 at step 3, worse).
+    # Only the final one can stop, and the best state is put back in the hook's `end`.
+    options: dict[str, Any] = {}
+    if with_checkpoints:
+        monkeypatch.delenv("MONITORED_DISABLE_PLUGIN_AUTOLOAD")
+        monkeypatch.setenv("MONITORED_DISABLE_PLUGINS", _all_plugins_but("checkpoint"))
+        options = {"model_dir": tmp_path, "save_checkpoint_steps": 2}
+    stopper = EarlyStoppingHook("w", mode="min", patience=0, every_n_steps=0, restore_best=True)
+    heard = Heard()
+    state = monitored.TrainState({"w": np.zeros(1)})
+    state.initialized = True
+    result = await train_and_evaluate(
+        TrainSpec(train_step, max_steps=3, hooks=[stopper, heard]),
+        EvalSpec(eval_step, {"w": m.Mean()}, input_fn=lambda: EVAL_DATA, throttle_secs=0),
+        state=state,
+        scaffold=monitored.Scaffold(init_fn=None),
+        min_eval_frequency=5 if not with_checkpoints else 1,
+        log_step_count_steps=None,
+        **options,
+    )
+    assert heard.steps == ([2, 3] if with_checkpoints else [1, 3])
+    assert result.global_step == 3
+    assert stopper.stopped_step == 3
+    assert state["w"][0] == heard.steps[0]  # the best state is back

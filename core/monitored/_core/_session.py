@@ -116,6 +116,9 @@ class MonitoredSession:
     _warn_stalled_global_step = True
     #: The level of the "Loaded plugins" line (an evaluation session, one of many, says it quietly).
     _plugins_log_level = logging.INFO
+    #: Whether installed plugins marked ``training_only`` are loaded (an evaluation
+    #: session leaves out early stopping, NaN guards, progress and checkpoint saving).
+    _loads_training_only_plugins = True
 
     def __init__(
         self,
@@ -369,7 +372,11 @@ class MonitoredSession:
         installed = [
             info
             for info in available
-            if self.is_chief or not getattr(info.plugin, "chief_only", False)
+            if (self.is_chief or not getattr(info.plugin, "chief_only", False))
+            and (
+                self._loads_training_only_plugins
+                or not getattr(info.plugin, "training_only", False)
+            )
         ]
         for info in installed:
             manager.add(info)

@@ -63,12 +63,18 @@ class EvaluationResult:
 class EvaluationSession(MonitoredSession):
     """A ``MonitoredSession`` for evaluation: its global step does not move, silently.
 
-    It names its plugins at ``DEBUG`` level: training evaluates often, and the
-    training session has named them already.
+    It leaves out the installed plugins marked ``training_only`` (early stopping,
+    NaN guard, progress, checkpoint saving): configured for training, by
+    ``plugin_options`` or ``MONITORED_PLUGIN_OPTIONS``, they would otherwise watch
+    eval steps too, and could stop an evaluation early with partial metrics.
+    Their training sessions hear the results (``after_evaluate``). It names its
+    plugins at ``DEBUG`` level: training evaluates often, and the training
+    session has named them already.
     """
 
     _warn_stalled_global_step = False
     _plugins_log_level = logging.DEBUG
+    _loads_training_only_plugins = False
 
 
 @final
@@ -123,15 +129,24 @@ def _find_checkpoint(checkpoint_dir: str) -> str:
     return path
 
 
-def check_metrics(metrics: Mapping[str, Metric], where: str) -> None:
-    """``metrics`` is a non-empty mapping of names to :class:`~monitored.metrics.Metric`."""
+def check_metrics(
+    metrics: Mapping[str, Metric], where: str, *, error: type[Exception] | None = None
+) -> None:
+    """``metrics`` is a non-empty mapping of names to :class:`~monitored.metrics.Metric`.
+
+    ``where`` names the argument in the message. Raises ``error`` when given
+    (``ExperimentConfigError`` for an ``Experiment`` or ``EvalSpec``), else
+    ``ValueError`` for no metrics and ``TypeError`` for a value that is not one.
+    """
     if not isinstance(metrics, Mapping) or not metrics:
-        raise ValueError(f"{where} needs at least one metric (metrics={{'name': Metric}})")
+        raise (error or ValueError)(
+            f"{where} needs at least one metric (metrics={{'name': Metric}}), got {metrics!r}"
+        )
     for key, metric in metrics.items():
         if not isinstance(metric, Metric):
-            raise TypeError(
-                f"metrics[{key!r}] is {type(metric).__name__}; it must be a monitored.metrics "
-                "Metric (Mean(), Accuracy(), AUC(), ...)"
+            raise (error or TypeError)(
+                f"{where}: metrics[{key!r}] is {type(metric).__name__}; it must be a "
+                "monitored.metrics Metric (Mean(), Accuracy(), AUC(), ...)"
             )
 
 

@@ -27,6 +27,7 @@ from .._core._scaffold import Scaffold
 from .._core._state import TrainState
 from .._core._training_session import MonitoredTrainingSession
 from ..metrics import Metric
+from ._arguments import check_count, check_seconds
 from ._errors import ExperimentConfigError
 from ._evaluate import (
     _END,
@@ -52,20 +53,6 @@ _OWN_SESSION_ARGUMENTS: Final = frozenset(
 )
 #: ``continuous_train_and_eval`` rounds without ``train_steps`` (TF's default).
 _DEFAULT_STEPS_PER_ITERATION: Final = 1000
-
-
-def _positive_or_none(where: str, name: str, value: object, *, zero: bool = False) -> None:
-    if value is None:
-        return
-    low = 0 if zero else 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        kind = "a non-negative" if zero else "a positive"
-        raise ExperimentConfigError(f"{where}({name}={value!r}): give {kind} int or None")
-
-
-def _seconds(where: str, name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ExperimentConfigError(f"{where}({name}={value!r}): give a number of seconds >= 0")
 
 
 @final
@@ -171,14 +158,14 @@ class Experiment:
                     f"{where}({name}={input_fn!r}): give a function returning a fresh "
                     "iterable of batches (it is called for each run)"
                 )
-        check_metrics(eval_metrics, f"{where}(eval_metrics=...)")
-        _positive_or_none(where, "train_steps", train_steps)
-        _positive_or_none(where, "eval_steps", eval_steps)
-        _positive_or_none(where, "min_eval_frequency", min_eval_frequency, zero=True)
-        _positive_or_none(where, "train_steps_per_iteration", train_steps_per_iteration)
-        _positive_or_none(where, "task_id", task_id, zero=True)
-        _seconds(where, "eval_delay_secs", eval_delay_secs)
-        _seconds(where, "continuous_eval_throttle_secs", continuous_eval_throttle_secs)
+        check_metrics(eval_metrics, f"{where}(eval_metrics=...)", error=ExperimentConfigError)
+        check_count(where, "train_steps", train_steps)
+        check_count(where, "eval_steps", eval_steps)
+        check_count(where, "min_eval_frequency", min_eval_frequency, zero=True)
+        check_count(where, "train_steps_per_iteration", train_steps_per_iteration)
+        check_count(where, "task_id", task_id, zero=True)
+        check_seconds(where, "eval_delay_secs", eval_delay_secs)
+        check_seconds(where, "continuous_eval_throttle_secs", continuous_eval_throttle_secs)
         if state is not None and not isinstance(state, TrainState):
             raise ExperimentConfigError(
                 f"{where}(state=...): a monitored.TrainState, not {type(state).__name__}"
@@ -228,7 +215,7 @@ class Experiment:
                 delay_secs = 0
             else:
                 delay_secs = min(60, self.task_id * 5)
-        _seconds("Experiment.train", "delay_secs", delay_secs)
+        check_seconds("Experiment.train", "delay_secs", delay_secs)
         if delay_secs > 0:
             log.info("Waiting %g s before starting training (task %d)", delay_secs, self.task_id)
             await anyio.sleep(delay_secs)
@@ -291,7 +278,7 @@ class Experiment:
             if throttle_delay_secs is None
             else throttle_delay_secs
         )
-        _seconds("Experiment.continuous_eval", "throttle_delay_secs", throttle)
+        check_seconds("Experiment.continuous_eval", "throttle_delay_secs", throttle)
         await self._delay("continuous_eval", delay_secs)
         train_steps = self.train_steps
 
@@ -422,7 +409,7 @@ class Experiment:
 
     async def _delay(self, method: str, delay_secs: float | None) -> None:
         delay = self.eval_delay_secs if delay_secs is None else delay_secs
-        _seconds(f"Experiment.{method}", "delay_secs", delay)
+        check_seconds(f"Experiment.{method}", "delay_secs", delay)
         if delay > 0:
             log.info("Waiting %g s before evaluating", delay)
             await anyio.sleep(delay)

@@ -12,6 +12,7 @@ import os
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, final
 
+from .._core._markers import hookimpl
 from .._core._timer import SecondOrStepTimer
 from ..metrics import Metric
 from ._errors import EvaluationFailedError
@@ -21,45 +22,74 @@ if TYPE_CHECKING:
     from .._core._run import SessionRunContext, SessionRunValues
     from .._core._session import MonitoredSession
 
-__all__ = ["EvaluationHook", "evaluate_in_training"]
+__all__ = ["EvaluationHook", "TrainingEvaluation"]
 
 
-async def evaluate_in_training(
-    session: MonitoredSession,
-    eval_fn: Callable[..., Any],
-    metrics: Mapping[str, Metric],
-    input_fn: Callable[[], Iterable[Any] | AsyncIterable[Any]] | None,
-    kwargs: Mapping[str, Any],
-) -> EvaluationResult:
-    """Evaluate the training session's state now and report the result to its plugins.
+@final
+class TrainingEvaluation:
+    """One evaluation inside training, as the hooks that evaluate there run it.
 
-    What every evaluation inside training does (:class:`EvaluationHook`,
-    ``train_and_evaluate``): :func:`evaluate_once` on ``session.state`` with a
-    fresh input, summaries into ``<summary_dir>/eval`` of the training session
-    unless ``kwargs`` name a ``summary_dir``, then ``after_evaluate`` on the
-    training session's hooks and plugins. An evaluation that raises becomes
-    :class:`EvaluationFailedError` (the original as its cause): training stops.
+    What :class:`EvaluationHook` and ``train_and_evaluate``'s hook share:
+    :func:`evaluate_once` on ``session.state`` with a fresh ``input_fn()``,
+    summaries into ``<summary_dir>/eval`` of the training session unless
+    ``kwargs`` name a ``summary_dir``, then ``after_evaluate`` on the training
+    session's hooks and plugins. Each result is appended to :attr:`results`.
     """
-    step = session.state.global_step
-    options = dict(kwargs)
-    config = session.training_config
-    if "summary_dir" not in options and config is not None and config.summary_dir:
-        options["summary_dir"] = os.path.join(config.summary_dir, "eval")
-    try:
-        result = await evaluate_once(
-            eval_fn,
-            metrics,
-            input=input_fn() if input_fn is not None else None,
-            state=session.state,
-            **options,
-        )
-    except Exception as exc:
-        raise EvaluationFailedError(
-            f"the evaluation at training step {step} raised {type(exc).__name__}: {exc}; "
-            "training stops (checkpoints already written stay)"
-        ) from exc
-    await session.report_evaluation(result.global_step, result.metrics)
-    return result
+
+    __slots__ = ("eval_fn", "input_fn", "kwargs", "metrics", "results")
+
+    def __init__(
+        self,
+        eval_fn: Callable[..., Any],
+        metrics: Mapping[str, Metric],
+        input_fn: Callable[[], Iterable[Any] | AsyncIterable[Any]] | None,
+        kwargs: Mapping[str, Any],
+    ) -> None:
+        self.eval_fn = eval_fn
+        self.metrics = metrics
+        self.input_fn = input_fn
+        self.kwargs = kwargs
+        self.results: list[EvaluationResult] = []
+
+    async def __call__(self, session: MonitoredSession, *, defer_failure: bool = False) -> None:
+        """Evaluate the training session's state now and report the result to its plugins.
+
+        An evaluation that raises becomes :class:`EvaluationFailedError` (the
+        original as its cause): training stops. It is raised here, or, with
+        ``defer_failure``, handed to the session's coordinator, which stops the
+        session at the next step boundary and raises it from there: the hook
+        returns, so the checkpoint being written (``before_save``) or the other
+        hooks' ``end`` (the final checkpoint) still run first.
+        """
+        step = session.state.global_step
+        options = dict(self.kwargs)
+        config = session.training_config
+        if "summary_dir" not in options and config is not None and config.summary_dir:
+            options["summary_dir"] = os.path.join(config.summary_dir, "eval")
+        try:
+            result = await evaluate_once(
+                self.eval_fn,
+                self.metrics,
+                input=self.input_fn() if self.input_fn is not None else None,
+                state=session.state,
+                **options,
+            )
+        except Exception as exc:
+            error = EvaluationFailedError(
+                f"the evaluation at training step {step} raised {type(exc).__name__}: {exc}; "
+                + (
+                    "training stops once the checkpoint of this step, if one is due, is written"
+                    if defer_failure
+                    else "training stops (checkpoints already written stay)"
+                )
+            )
+            if not defer_failure:
+                raise error from exc
+            error.__cause__ = exc
+            session.coord.request_stop(error)
+            return
+        self.results.append(result)
+        await session.report_evaluation(result.global_step, result.metrics)
 
 
 @final
@@ -70,15 +100,20 @@ class EvaluationHook:
     :func:`evaluate_once` (``eval_steps``, ``hooks``, ...). Each result is kept in
     :attr:`results` and reported to the training session's plugins with
     ``after_evaluate``. Summaries of the results go to ``<summary_dir>/eval`` of the
-    training session (``summary_dir=`` overrides). With ``at_end`` the final state is evaluated too.
+    training session (``summary_dir=`` overrides). With ``at_end`` the final state
+    is evaluated too, in an ``end`` that runs before every other hook's ``end``,
+    so that they (early stopping restoring the best state, the checkpoint
+    plugin's final save) see its result.
 
     An evaluation that raises stops training: the hook raises
     :class:`EvaluationFailedError` (the original error as its cause) from
     ``after_run``, so the session closes as after any failed step (``end`` is not
-    called; checkpoints already written stay).
+    called; checkpoints already written stay). The final evaluation's failure is
+    raised when the session closes, after the other hooks' ``end`` (the final
+    checkpoint is written).
     """
 
-    __slots__ = ("_input_fn", "_kwargs", "_metrics", "_timer", "at_end", "eval_fn", "results")
+    __slots__ = ("_evaluation", "_timer", "at_end")
 
     def __init__(
         self,
@@ -91,28 +126,28 @@ class EvaluationHook:
         at_end: bool = False,
         **kwargs: Any,
     ) -> None:
-        self.eval_fn = eval_fn
-        self._metrics = metrics
-        self._input_fn = input_fn
+        self._evaluation = TrainingEvaluation(eval_fn, metrics, input_fn, kwargs)
         self._timer = SecondOrStepTimer(every_secs=every_n_secs, every_steps=every_n_steps)
-        self._kwargs = kwargs
         self.at_end = at_end
-        self.results: list[EvaluationResult] = []
 
-    async def _evaluate(self, session: MonitoredSession) -> None:
-        self.results.append(
-            await evaluate_in_training(
-                session, self.eval_fn, self._metrics, self._input_fn, self._kwargs
-            )
-        )
+    @property
+    def eval_fn(self) -> Callable[..., Any]:
+        """The eval step."""
+        return self._evaluation.eval_fn
+
+    @property
+    def results(self) -> list[EvaluationResult]:
+        """Every result so far, oldest first."""
+        return self._evaluation.results
 
     async def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
         session = run_context.session
         step = session.state.global_step
         if self._timer.should_trigger_for_step(step):
             self._timer.update_last_triggered_step(step)
-            await self._evaluate(session)
+            await self._evaluation(session)
 
+    @hookimpl(tryfirst=True)  # first: the other hooks' end (early stopping) hear the result
     async def end(self, session: MonitoredSession) -> None:
         if self.at_end and self._timer.last_triggered_step() != session.state.global_step:
-            await self._evaluate(session)
+            await self._evaluation(session, defer_failure=True)

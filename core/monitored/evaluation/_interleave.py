@@ -13,9 +13,10 @@ import time
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, final
 
+from .._core._markers import hookimpl
 from ..metrics import Metric
 from ._evaluate import EvaluationResult
-from ._hook import evaluate_in_training
+from ._hook import TrainingEvaluation
 
 if TYPE_CHECKING:
     from .._core._coordinator import Coordinator
@@ -38,22 +39,25 @@ class EvaluateNewCheckpoints:
     asynchronous (an ``after_save`` listener would make the checkpoint plugin
     wait for it). With ``at_end``, the final state is evaluated at ``end``
     unless its step already was (a session without checkpoints evaluates only
-    then). Each result is kept in :attr:`results` and reaches the training
-    session's plugins through ``after_evaluate``.
+    then); that ``end`` runs before every other hook's, so early stopping hears
+    the final result before its own ``end`` and the checkpoint plugin's final
+    save holds what it changed. Each result is kept in :attr:`results` and
+    reaches the training session's plugins through ``after_evaluate``.
+
+    An evaluation that raises does not keep its checkpoint from being written:
+    the failure (:class:`EvaluationFailedError`) goes to the session's
+    coordinator, the checkpoint plugin goes on with the write (or, at ``end``,
+    with its final save), and the session stops after this step and raises it.
     """
 
     __slots__ = (
-        "_input_fn",
-        "_kwargs",
+        "_evaluation",
         "_last_step",
         "_last_time",
-        "_metrics",
         "_start_step",
         "at_end",
-        "eval_fn",
         "min_secs",
         "min_steps",
-        "results",
     )
 
     plugin_name = "evaluate-new-checkpoints"
@@ -69,17 +73,23 @@ class EvaluateNewCheckpoints:
         at_end: bool = True,
         **kwargs: Any,
     ) -> None:
-        self.eval_fn = eval_fn
-        self._metrics = metrics
-        self._input_fn = input_fn
+        self._evaluation = TrainingEvaluation(eval_fn, metrics, input_fn, kwargs)
         self.min_steps = min_steps
         self.min_secs = min_secs
         self.at_end = at_end
-        self._kwargs = kwargs
         self._start_step = 0
         self._last_step: int | None = None
         self._last_time: float | None = None
-        self.results: list[EvaluationResult] = []
+
+    @property
+    def eval_fn(self) -> Callable[..., Any]:
+        """The eval step."""
+        return self._evaluation.eval_fn
+
+    @property
+    def results(self) -> list[EvaluationResult]:
+        """Every result so far, oldest first."""
+        return self._evaluation.results
 
     def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
         self._start_step = session.state.global_step
@@ -88,6 +98,7 @@ class EvaluateNewCheckpoints:
         if self._due(step):
             await self._evaluate(session)
 
+    @hookimpl(tryfirst=True)  # first: the other hooks' end (early stopping) hear the result
     async def end(self, session: MonitoredSession) -> None:
         step = session.state.global_step
         if self.at_end and step != self._last_step:
@@ -103,8 +114,4 @@ class EvaluateNewCheckpoints:
     async def _evaluate(self, session: MonitoredSession) -> None:
         self._last_step = session.state.global_step
         self._last_time = time.monotonic()
-        self.results.append(
-            await evaluate_in_training(
-                session, self.eval_fn, self._metrics, self._input_fn, self._kwargs
-            )
-        )
+        await self._evaluation(session, defer_failure=True)

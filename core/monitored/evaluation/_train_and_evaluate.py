@@ -19,6 +19,7 @@ from typing import Any, final
 from .._core._scaffold import Scaffold
 from .._core._state import TrainState
 from ..metrics import Metric
+from ._arguments import check_count, check_seconds
 from ._errors import ExperimentConfigError
 from ._evaluate import EvaluationResult, check_metrics
 from ._experiment import Experiment
@@ -27,16 +28,6 @@ __all__ = ["EvalSpec", "TrainSpec", "train_and_evaluate"]
 
 StepFn = Callable[..., Any]
 InputFn = Callable[[], Iterable[Any] | AsyncIterable[Any]]
-
-
-def _check_steps(where: str, name: str, value: object) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-        raise ExperimentConfigError(f"{where}({name}={value!r}): give a positive int or None")
-
-
-def _check_secs(where: str, name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ExperimentConfigError(f"{where}({name}={value!r}): give a number of seconds >= 0")
 
 
 @final
@@ -57,7 +48,7 @@ class TrainSpec:
     def __post_init__(self) -> None:
         if not callable(self.train_fn):
             raise ExperimentConfigError(f"TrainSpec(train_fn={self.train_fn!r}): not callable")
-        _check_steps("TrainSpec", "max_steps", self.max_steps)
+        check_count("TrainSpec", "max_steps", self.max_steps)
 
 
 @final
@@ -85,10 +76,10 @@ class EvalSpec:
     def __post_init__(self) -> None:
         if not callable(self.eval_fn):
             raise ExperimentConfigError(f"EvalSpec(eval_fn={self.eval_fn!r}): not callable")
-        check_metrics(self.metrics, "EvalSpec(metrics=...)")
-        _check_steps("EvalSpec", "steps", self.steps)
-        _check_secs("EvalSpec", "start_delay_secs", self.start_delay_secs)
-        _check_secs("EvalSpec", "throttle_secs", self.throttle_secs)
+        check_metrics(self.metrics, "EvalSpec(metrics=...)", error=ExperimentConfigError)
+        check_count("EvalSpec", "steps", self.steps)
+        check_seconds("EvalSpec", "start_delay_secs", self.start_delay_secs)
+        check_seconds("EvalSpec", "throttle_secs", self.throttle_secs)
 
 
 async def train_and_evaluate(

@@ -3,14 +3,16 @@
 Off until a ``monitor`` is set (``plugin_options={"early_stopping": {"monitor":
 "loss", "patience": 5}}`` or ``MONITORED_PLUGIN_OPTIONS="early_stopping.monitor=loss"``),
 so that installing it changes nothing by itself. Module functions delegate to
-one :class:`EarlyStoppingHook` per session.
+one :class:`EarlyStoppingHook` per session. ``training_only``: evaluation
+sessions (whose steps return no training outputs) do not load it; they report
+their results to the training session, where it hears them.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import monitored
 
@@ -30,7 +32,11 @@ __all__ = [
     "hook_of",
     "load_plugin_state",
     "plugin_state",
+    "training_only",
 ]
+
+#: Only training sessions stop early; an evaluation session runs to its end.
+training_only: Final = True
 
 _hooks: dict[int, EarlyStoppingHook] = {}
 

@@ -4,12 +4,13 @@ It watches ``monitored.optional("loss")`` by default, so scripts whose steps
 return no ``loss`` are not disturbed. Options (``plugin_options={"nan_guard":
 {...}}`` or ``MONITORED_PLUGIN_OPTIONS="nan_guard.on_nan=stop"``) set what the
 hook's arguments set. One guard per session; module functions delegate to it.
+``training_only``: evaluation sessions, which train nothing, do not load it.
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import monitored
 
@@ -26,7 +27,11 @@ __all__ = [
     "declare_options",
     "load_plugin_state",
     "plugin_state",
+    "training_only",
 ]
+
+#: An evaluation session trains nothing to guard (and has no checkpoints to roll back to).
+training_only: Final = True
 
 #: The guard of each live session, by ``id(session)`` (removed when it is collected).
 _guards: dict[int, NanTensorHook] = {}

@@ -3,7 +3,8 @@
 Live on an interactive terminal or in Jupyter, plain lines every
 ``log_every_secs`` elsewhere. ``MONITORED_PROGRESS=0`` or
 ``disable_plugins=["progress"]`` turns it off; workers never load it
-(``chief_only``). Options: ``show``, ``every_n_steps``, ``refresh_secs``,
+(``chief_only``), nor do evaluation sessions (``training_only``: the training
+session's display shows their results). Options: ``show``, ``every_n_steps``, ``refresh_secs``,
 ``log_every_secs``, ``mode``.
 """
 
@@ -30,10 +31,13 @@ __all__ = [
     "declare_options",
     "display_of",
     "end",
+    "training_only",
 ]
 
 #: Only the chief shows progress; workers print nothing.
 chief_only: Final = True
+#: An evaluation inside training would draw a second display over the training one.
+training_only: Final = True
 
 _hooks: dict[int, ProgressHook] = {}
 
