@@ -268,7 +268,7 @@ async def test_a_batch_skipped_while_it_is_made_is_never_delivered() -> None:
             await anyio.sleep(0.001)
         pipeline.skip(2, 3)
         release.set()
-        while 3 not in made:  # batch 2 is deposited before batch 3 is claimed
+        while 3 not in made:  # noqa: ASYNC110 (batch 2 is deposited before 3 is claimed)
             await anyio.sleep(0.001)
         got += [int((await pipeline.take())[0]) for _ in range(3)]
     assert got == [0, 1, 3, 4]
@@ -681,7 +681,9 @@ def test_in_place_does_not_apply_to_an_async_iterable() -> None:
     async def source() -> AsyncIterator[np.ndarray]:
         yield np.zeros(1)
 
-    with pytest.raises(ValueError, match="source 'async_generator' is an async iterable.*in_place does not apply"):
+    with pytest.raises(
+        ValueError, match="source 'async_generator' is an async iterable.*in_place does not apply"
+    ):
         data.prefetch(source(), in_place=True)
 
 

@@ -198,9 +198,7 @@ class Pipeline:
                 self._ready = {g: b for g, b in self._ready.items() if not self._skipped(g)}
             # A failure in the range stopped the producers there: none would make
             # the batches after it, which are wanted now.
-            restart = (
-                self._running and self._error is not None and start <= self._error[0] < stop
-            )
+            restart = self._running and self._error is not None and start <= self._error[0] < stop
             if self._stager is not None:
                 self._stager.clear()
         if restart:
