@@ -15,6 +15,9 @@ Two measurements, each against a baseline taken in the same run:
   microseconds per batch, as the difference of medians. With ``--baseline REV``
   the ``prefetch`` of that git revision (its ``_prefetch.py``, loaded beside
   this tree's) is measured too, alternating with this tree's in every repeat.
+  Thread producers are measured twice: by default (the step never calls the
+  source) and with ``in_place=True`` (the source declared cheap: the step makes
+  a batch no thread has claimed yet itself); the baseline runs its default.
 
 Usage::
 
@@ -154,7 +157,11 @@ def baseline_module(rev: str) -> ModuleType:
 
 
 async def overhead(
-    batches: int, buffer_size: int, threads: bool, make: Callable[..., Any] = data.prefetch
+    batches: int,
+    buffer_size: int,
+    threads: bool,
+    make: Callable[..., Any] = data.prefetch,
+    **options: Any,
 ) -> tuple[float, float]:
     item = np.zeros(4)
 
@@ -171,13 +178,20 @@ async def overhead(
         pass
     plain = (time.perf_counter() - start) / batches
 
-    pipeline = make(Free(), buffer_size=buffer_size, threads=threads)
+    pipeline = make(Free(), buffer_size=buffer_size, threads=threads, **options)
     async with pipeline:
         start = time.perf_counter()
         async for _ in pipeline:
             pass
         piped = (time.perf_counter() - start) / batches
     return plain * 1e6, piped * 1e6
+
+
+PRODUCERS: list[tuple[str, bool, dict[str, Any]]] = [
+    ("task", False, {}),
+    ("threads", True, {}),
+    ("threads, in_place=True", True, {"in_place": True}),
+]
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -189,16 +203,18 @@ async def main(args: argparse.Namespace) -> None:
     med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
     rows = []
     for buffer_size in (2, 16, 64):
-        for threads in (False, True):
+        # in_place=True: the source is declared cheap, so the step may make its
+        # batch itself (the baseline did so by itself for any batch under 20 us).
+        for kind, threads, options in PRODUCERS:
             pairs, old = [], []
             for _ in range(args.repeats):  # the contenders alternate
-                pairs.append(await overhead(args.batches, buffer_size, threads))
+                pairs.append(await overhead(args.batches, buffer_size, threads, **options))
                 if base is not None:
                     old.append(await overhead(args.batches, buffer_size, threads, base))
             plain = statistics.median(p for p, _ in pairs + old)
             piped = statistics.median(q for _, q in pairs)
             was = statistics.median(q for _, q in old) if old else None
-            rows.append((buffer_size, "threads" if threads else "task", plain, piped, was))
+            rows.append((buffer_size, kind, plain, piped, was))
     print(f"# {platform.python_version()} numpy {np.__version__} on {os.cpu_count()} cores")
     print(
         f"Overlap, {args.steps} steps, medians of {args.repeats}: load {med['load_ms']:.2f} ms, "

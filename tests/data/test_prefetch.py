@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import queue
 import random
 import sys
 import threading
@@ -249,6 +250,83 @@ async def test_skipped_ranges_are_never_delivered() -> None:
     assert pipeline.plugin_state()["skips"] == [[2, 4], [6, 8]]
 
 
+async def test_a_batch_skipped_while_it_is_made_is_never_delivered() -> None:
+    # The NaN guard's rollback: it skips batches a worker may be making.
+    making_2, release, made = threading.Event(), threading.Event(), []
+
+    def load(i: int) -> np.ndarray:
+        made.append(i)
+        if i == 2:
+            making_2.set()
+            release.wait()
+        return np.full(1, i)
+
+    pipeline = data.prefetch(load, buffer_size=2, name="race")
+    async with pipeline:
+        got = [int((await pipeline.take())[0])]
+        while not making_2.is_set():  # noqa: ASYNC110 (set by the thread)
+            await anyio.sleep(0.001)
+        pipeline.skip(2, 3)
+        release.set()
+        while 3 not in made:  # noqa: ASYNC110 (batch 2 is deposited before 3 is claimed)
+            await anyio.sleep(0.001)
+        got += [int((await pipeline.take())[0]) for _ in range(3)]
+    assert got == [0, 1, 3, 4]
+
+
+async def test_skipping_the_batch_whose_producer_failed_resumes_after_it() -> None:
+    def load(i: int) -> np.ndarray:
+        if i == 2:
+            raise RuntimeError("bad record")
+        if i >= 6:
+            raise IndexError(i)
+        return np.full(1, i)
+
+    pipeline = data.prefetch(load, buffer_size=2, name="bad")
+    async with pipeline:
+        got = [int((await pipeline.take())[0])]
+        # The worker retires after the failure: nothing makes the batches after it.
+        while any(t.name == "monitored.data bad worker 0" for t in threading.enumerate()):  # noqa: ASYNC110
+            await anyio.sleep(0.001)
+        pipeline.skip(2, 3)
+        with anyio.fail_after(10):  # a hang guard, not a speed check
+            got += [int(b[0]) async for b in pipeline]
+    assert got == [0, 1, 3, 4, 5]
+
+
+class CountingLock:
+    """A lock that counts how often it is taken."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.taken = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        self.taken += 1
+        return self.lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+
+async def test_a_long_skipped_range_is_passed_in_one_step() -> None:
+    arrays = batches(4)
+    pipeline = data.prefetch(lambda i: arrays[i % 4], name="long", threads=False)
+    lock = CountingLock()
+    pipeline._lock, pipeline._space = lock, threading.Condition(lock)  # type: ignore[assignment]
+    pipeline.skip(0, 10**6)
+    async with pipeline:
+        assert int((await pipeline.take())[0]) == 10**6 % 4
+        assert pipeline.next_index == 10**6 + 1
+    assert lock.taken < 100  # not once per skipped index
+
+
 async def test_taking_from_a_pipeline_that_was_not_started_says_how() -> None:
     with pytest.raises(RuntimeError, match=r"hooks=\[\.\.\.\] or use `async with pipeline:`"):
         await data.prefetch(batches(2)).take()
@@ -474,14 +552,9 @@ async def test_thread_producers_of_a_fast_source_keep_order_and_bounds(kind: str
         assert sorted(made) == list(range(n))
 
 
-async def test_a_cheap_batch_the_threads_have_not_reached_is_made_by_the_consumer(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # Every batch counts as cheap, and the worker thread, once woken, cannot
+async def test_a_batch_the_threads_have_not_reached_is_made_in_place_when_allowed() -> None:
+    # The source is declared cheap, and the worker thread, once woken, cannot
     # take the GIL before the consumer blocks: batch 2 is the consumer's to make.
-    from monitored.data import _prefetch
-
-    monkeypatch.setattr(_prefetch, "_INLINE_BELOW_SECS", 60.0)
     made_by: dict[int, str] = {}
     arrays = batches(6)
 
@@ -489,7 +562,7 @@ async def test_a_cheap_batch_the_threads_have_not_reached_is_made_by_the_consume
         made_by[i] = threading.current_thread().name
         return arrays[i]
 
-    pipeline = data.prefetch(load, buffer_size=1, name="cheap")
+    pipeline = data.prefetch(load, buffer_size=1, name="cheap", in_place=True)
     async with pipeline:
         # Batches 0 and 1 fill the window; the thread then sleeps until space frees.
         while pipeline._sleepers == 0:  # noqa: ASYNC110 (set by the thread)
@@ -519,6 +592,99 @@ async def test_a_slow_batch_is_never_made_on_the_event_loops_thread() -> None:
     got = await collect(data.prefetch(load, buffer_size=1, num_workers=2, name="slow"))
     assert got == list(range(40))
     assert made_by <= {"monitored.data slow worker 0", "monitored.data slow worker 1"}
+
+
+class Indexed:
+    """A sequence of the user's own: its items may be slow to make."""
+
+    def __init__(self, load: Any, n: int) -> None:
+        self.load, self.n = load, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.load(i)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("kind", ["function", "iterable", "sequence"])
+async def test_a_source_in_threads_is_never_called_on_the_event_loops_thread(kind: str) -> None:
+    # Cheap batches, then a slow one: how long the next call takes cannot be
+    # known from the last, so the step never makes one itself.
+    loop_thread = threading.current_thread()
+    on_loop: list[int] = []
+    arrays = batches(200)
+
+    def load(i: int) -> np.ndarray:
+        if i >= 200:
+            raise IndexError(i)
+        if threading.current_thread() is loop_thread:
+            on_loop.append(i)
+        if i % 50 == 49:
+            time.sleep(0.001)
+        return arrays[i]
+
+    def generate() -> Iterator[np.ndarray]:
+        for i in range(200):
+            yield load(i)
+
+    class Source:
+        def __iter__(self) -> Iterator[np.ndarray]:
+            return generate()
+
+    source: Any = {"function": load, "iterable": Source(), "sequence": Indexed(load, 200)}[kind]
+    assert await collect(data.prefetch(source, name="cheap")) == list(range(200))
+    assert on_loop == []
+
+
+async def test_a_source_that_waits_for_the_event_loop_does_not_deadlock_it() -> None:
+    # The source reads a queue that a task of the event loop fills, in bursts.
+    items: queue.Queue[np.ndarray | None] = queue.Queue()
+
+    class Source:
+        def __iter__(self) -> Iterator[np.ndarray]:
+            while (item := items.get(timeout=30)) is not None:  # never more than a hang guard
+                yield item
+
+    async def feed() -> None:
+        for i in range(100):
+            items.put(np.full(1, i))
+            if i % 10 == 9:
+                await anyio.sleep(0.001)
+        items.put(None)
+
+    got: list[int] = []
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(feed)
+        got = await collect(data.prefetch(Source(), name="queue"))
+    assert got == list(range(100))
+
+
+@pytest.mark.parametrize(
+    ("source", "in_place"),
+    [
+        ([np.zeros(1)], True),
+        ((np.zeros(1),), True),
+        (np.zeros((3, 2)), True),
+        (type("ListOfMine", (list,), {})([np.zeros(1)]), False),  # its [i] may do anything
+        (Indexed(np.zeros, 3), False),
+    ],
+)
+def test_only_sources_known_to_be_cheap_are_made_in_place_by_default(
+    source: Any, in_place: bool
+) -> None:
+    assert data.prefetch(source)._in_place is in_place
+    assert data.prefetch(source, in_place=not in_place)._in_place is not in_place
+
+
+def test_in_place_does_not_apply_to_an_async_iterable() -> None:
+    async def source() -> AsyncIterator[np.ndarray]:
+        yield np.zeros(1)
+
+    with pytest.raises(
+        ValueError, match="source 'async_generator' is an async iterable.*in_place does not apply"
+    ):
+        data.prefetch(source(), in_place=True)
 
 
 async def test_an_interrupt_raised_by_a_source_in_a_thread_is_its_failure() -> None:
@@ -553,6 +719,22 @@ async def test_an_interrupt_on_the_event_loops_thread_propagates_and_is_recorded
         with pytest.raises(data.ProducerError, match="batch 1") as info, anyio.fail_after(10):
             await pipeline.take()
     assert isinstance(info.value.__cause__, Interrupt)
+
+
+async def test_an_interrupt_on_the_event_loops_thread_is_not_reported_as_the_sources_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def load(i: int) -> np.ndarray:
+        if i == 1:
+            raise Interrupt("ctrl-c")
+        return np.full(1, i)
+
+    pipeline = data.prefetch(load, threads=False, name="loop")
+    with caplog.at_level(logging.WARNING, logger="monitored"), pytest.raises(Interrupt):
+        async with pipeline:
+            await pipeline.take()
+            await pipeline.take()
+    assert "failed making batch 1" not in caplog.text
 
 
 @pytest.mark.parametrize(
@@ -609,15 +791,10 @@ async def test_dict_batches_may_list_their_fields_in_any_order() -> None:
         await drain(data.prefetch([xy, {"y": xy["y"], "x": xy["x"].astype(np.float32)}]))
 
 
-async def test_one_worker_thread_means_one_call_of_the_source_at_a_time(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # Every batch counts as cheap, so the consumer makes batches too; a loader
+async def test_one_worker_thread_means_one_call_of_the_source_at_a_time() -> None:
+    # The source is declared cheap, so the consumer makes batches too; a loader
     # written for one worker (a shared file handle, say) must still never be
     # entered twice at once.
-    from monitored.data import _prefetch
-
-    monkeypatch.setattr(_prefetch, "_INLINE_BELOW_SECS", 60.0)
     active, most = 0, 0
     arrays = batches(300)
 
@@ -629,6 +806,6 @@ async def test_one_worker_thread_means_one_call_of_the_source_at_a_time(
         active -= 1
         return arrays[i]
 
-    got = await collect(data.prefetch(load, buffer_size=2, name="one"))
+    got = await collect(data.prefetch(load, buffer_size=2, name="one", in_place=True))
     assert got == list(range(300))
     assert most == 1

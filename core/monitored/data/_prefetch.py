@@ -13,12 +13,17 @@ Backpressure: a producer may claim index ``g`` only while
 batches wait, plus one in progress per worker; memory stays bounded.
 
 Who makes a batch: workers (tasks or threads), and the consumer itself when
-the batch it needs is not claimed yet and is cheap. A sync source in tasks
-runs on the loop's thread anyway; in threads, handing one batch over costs a
-wake-up of the thread and one of the event loop (tens of microseconds), so a
-batch that took under ``_INLINE_BELOW_SECS`` to make is made in place. The
-consumer takes such a batch straight away, without the reorder buffer. Claims
-go through one lock whoever claims, so order, bounds and resume are the same.
+the batch it needs is not claimed yet and making it in place is safe. A sync
+source in tasks runs on the loop's thread anyway. In threads, handing one
+batch over costs a wake-up of the thread and one of the event loop (tens of
+microseconds), more than indexing a list; but how long a call of any other
+source takes cannot be known before it returns (the next one may read a
+file, or wait for something only the event loop provides), so the consumer
+makes batches in place only for sources known to be cheap and non-blocking:
+built-in lists and tuples and NumPy arrays in memory, or a source its user
+declared so (``in_place=True``). The consumer takes such a batch straight
+away, without the reorder buffer. Claims go through one lock whoever claims,
+so order, bounds and resume are the same.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import anyio
 import anyio.abc
 import anyio.from_thread
 import anyio.lowlevel
+import numpy as np
 
 from .._core._coordinator import END_OF_INPUT
 from .._core._errors import OutOfRangeError
@@ -55,10 +61,6 @@ log = logging.getLogger("monitored")
 
 _MISSING: Final = object()
 _POLL_SECS: Final = 0.005
-#: Below this a batch is cheaper to make on the consumer's thread than to wait
-#: for a worker thread to make it: handing a batch over between threads costs a
-#: wake-up of the worker and one of the event loop, tens of microseconds.
-_INLINE_BELOW_SECS: Final = 20e-6
 _DEFAULT_GRACE_SECS: Final = 120.0
 
 Spawn = Callable[..., Any]
@@ -94,6 +96,7 @@ class Pipeline:
         stop_grace_period_secs: float | None = None,
         check: bool = True,
         async_source: bool = False,
+        in_place: bool = False,
     ) -> None:
         if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
             raise ValueError(f"buffer_size must be an int >= 1, got {buffer_size!r}")
@@ -121,9 +124,10 @@ class Pipeline:
         self._sync_iterable = open_iter is not None and not async_source
         #: The iterator of a sync source, for the producers of the current generation.
         self._reader: _Reader | None = None
-        #: How long the last batch took to make: below ``_INLINE_BELOW_SECS`` the
-        #: consumer makes a missing batch itself rather than wait for a thread.
-        self._load_secs = float("inf")
+        #: The consumer makes a batch no worker has claimed yet itself: a sync
+        #: source in tasks runs on its thread anyway; one in threads does only
+        #: when known to be cheap and never to wait (on the event loop, say).
+        self._in_place = self._sync_in_loop or (threads and in_place)
         #: Worker threads waiting on ``_space`` and not yet woken.
         self._sleepers = 0
         self._window = buffer_size + num_workers
@@ -190,9 +194,15 @@ class Pipeline:
             self._skips.append((start, stop))
             self._skips.sort()
             if self._running and start < self._claim:
+                # Batches in progress are dropped when deposited (``_deposit``).
                 self._ready = {g: b for g, b in self._ready.items() if not self._skipped(g)}
+            # A failure in the range stopped the producers there: none would make
+            # the batches after it, which are wanted now.
+            restart = self._running and self._error is not None and start <= self._error[0] < stop
             if self._stager is not None:
                 self._stager.clear()
+        if restart:
+            self._start()
 
     def _skipped(self, index: int) -> bool:
         return any(start <= index < stop for start, stop in self._skips)
@@ -457,8 +467,6 @@ class Pipeline:
                     return -1
                 self._claim = index + 1
             try:
-                timed = self._threads
-                started = time.perf_counter() if timed else 0.0
                 if self._load is not None:
                     batch = self._load(index)
                 else:
@@ -468,19 +476,15 @@ class Pipeline:
                     assert reader is not None
                     reader.lock.release()
                     locked = False
-                if timed:
-                    self._load_secs = time.perf_counter() - started
-                if self._check and (
-                    (quick := quick_signature(batch)) is None or quick != self._quick
-                ):
-                    error = self._check_slowly(batch, index, quick)
-                    if error is not None:
-                        self._fail(gen, index, error)
-                        return None
+                if self._check and not self._checked(gen, index, batch):
+                    return None
             except BaseException as exc:
                 self._fail(gen, index, exc)
                 if (only is not None or not self._threads) and not isinstance(exc, Exception):
-                    raise  # an interrupt in the event loop's thread is not the source's
+                    # An interrupt in the event loop's thread is not the source's
+                    # failure: it propagates from here, so it is not reported again.
+                    self._mark_raised(gen, index, exc)
+                    raise
                 return None
         finally:
             if locked:
@@ -583,10 +587,14 @@ class Pipeline:
         return False
 
     def _deposit(self, gen: int, index: int, batch: Any) -> bool:
-        """Leave a checked batch in the reorder buffer (False: ``gen`` retired)."""
+        """Leave a checked batch in the reorder buffer (False: ``gen`` retired).
+
+        A batch skipped while it was being made is dropped here."""
         with self._lock:
             if gen != self._gen:
                 return False
+            if self._skips and self._skipped(index):
+                return True
             self._ready[index] = batch
             event = None
             if index == self._next:  # the consumer waits for this very batch
@@ -623,6 +631,12 @@ class Pipeline:
         if event is not None:
             self._set(event)
 
+    def _mark_raised(self, gen: int, index: int, exc: BaseException) -> None:
+        """``exc``, recorded for batch ``index``, propagates on the consumer's thread."""
+        with self._lock:
+            if gen == self._gen and self._error is not None and self._error[1] is exc:
+                self._error_raised = True
+
     def _set(self, event: anyio.Event) -> None:
         if self._waker is not None:
             self._waker.set(event)
@@ -634,46 +648,46 @@ class Pipeline:
         Raises ``OutOfRangeError`` at the end of the input and
         :class:`~monitored.data.ProducerError` for a batch whose producer failed.
         """
-        inline = True
+        in_place = self._in_place
         while True:
             space: anyio.Event | None = None
+            skipped = False
             with self._lock:
                 index = self._next
                 batch = self._ready.pop(index, _MISSING)
-                if batch is not _MISSING or (self._skips and self._skipped(index)):
-                    space = self._advance_locked(index)
+                if self._skips and self._skipped(index):
+                    # A whole skipped range is passed in one step.
+                    skipped, batch = True, _MISSING
+                    space = self._advance_locked(self._after_skips(index))
+                elif batch is not _MISSING:
+                    space = self._advance_locked(index + 1)
                     following = self._ready.get(index + 1, _MISSING)
                 else:
                     self._raise_locked(index)
-                    # A sync source made in tasks runs on this thread anyway; one
-                    # made in threads is made here too when a batch costs less to
-                    # make than a hand-off (a wake-up of a thread and of the loop).
-                    inline = inline and (
-                        self._sync_in_loop
-                        or (self._threads and self._load_secs < _INLINE_BELOW_SECS)
-                    )
-                    if not inline:
+                    if not in_place:
                         event = self._waiting = anyio.Event()
             if space is not None:
                 space.set()
             if batch is not _MISSING:
                 break
-            if self._skips and self._skipped(index):
+            if skipped:
                 continue
-            if inline:
+            if in_place:
                 made = self._make(self._gen, self._reader, only=index)
                 if isinstance(made, tuple):
-                    batch = made[1]  # made for this step: straight to it
                     with self._lock:
-                        space = self._advance_locked(index)
+                        if self._skips and self._skipped(index):
+                            continue  # skipped (by another thread) while it was made
+                        batch = made[1]  # made for this step: straight to it
+                        space = self._advance_locked(index + 1)
                         following = self._ready.get(index + 1, _MISSING)
                     if space is not None:
                         space.set()
                     break
-                inline = False  # a worker makes it, or it failed: look again, then wait
+                in_place = False  # a worker makes it, or it failed: look again, then wait
                 continue
             await event.wait()
-            inline = True
+            in_place = self._in_place
         stager = self._stager
         if stager is not None:
             batch = stager.take(index, batch)
@@ -681,11 +695,12 @@ class Pipeline:
                 stager.start(index + 1, following)
         return batch
 
-    def _advance_locked(self, index: int) -> anyio.Event | None:
-        """Batch ``index`` is consumed: move on, and wake producers once half the
-        window is free (so a fast source refills in bursts, not one switch per
-        batch). Returns a task producers' event to set outside the lock."""
-        self._next = index + 1
+    def _advance_locked(self, next_index: int) -> anyio.Event | None:
+        """The batches before ``next_index`` are consumed (or skipped): move on,
+        and wake producers once half the window is free (so a fast source refills
+        in bursts, not one switch per batch). Returns a task producers' event to
+        set outside the lock."""
+        self._next = next_index
         if self._claim - self._next > self._half:
             return None
         if self._sleepers:
@@ -825,6 +840,7 @@ def prefetch(
     device: bool = False,
     stop_grace_period_secs: float | None = None,
     check: bool = True,
+    in_place: bool | None = None,
 ) -> Pipeline:
     """Make batches ahead of the step loop, with backpressure.
 
@@ -861,6 +877,12 @@ def prefetch(
         stop_grace_period_secs: how long closing waits for worker threads
             (default: the session's).
         check: check each batch's structure (fields, dtypes) against the first.
+        in_place: with worker threads, let the step make the batch it needs
+            itself when no thread has claimed it yet, saving a hand-off between
+            threads (tens of microseconds). Only for a source that is cheap and
+            never waits (on I/O, or on anything the event loop provides): it
+            runs on the event loop's thread. Default: on for built-in lists and
+            tuples and NumPy arrays in memory, off for everything else.
     """
     label = name or _name_of(source)
     common: dict[str, Any] = {
@@ -874,10 +896,16 @@ def prefetch(
     if num_epochs is not None and (isinstance(num_epochs, bool) or num_epochs < 1):
         raise ValueError(f"num_epochs must be >= 1 or None, got {num_epochs!r}")
     config: dict[str, Any] = {"kind": "prefetch", "num_epochs": num_epochs}
+    common["in_place"] = bool(in_place)
     if isinstance(source, AsyncIterable):
         if threads:
             raise ValueError(
                 f"source {label!r} is an async iterable: it runs in a task, not a thread"
+            )
+        if in_place:
+            raise ValueError(
+                f"source {label!r} is an async iterable: it runs in a task, so in_place "
+                "does not apply"
             )
         _check_repeatable(source, num_epochs, label)
         common |= {
@@ -893,6 +921,7 @@ def prefetch(
             "length": None if num_epochs is None else size * num_epochs,
             "threads": True if threads is None else threads,
             "epoch_length": size or None,
+            "in_place": _cheap_to_index(source) if in_place is None else in_place,
         }
         config["length"] = size
     elif isinstance(source, Iterable):
@@ -959,6 +988,13 @@ def _is_sequence(source: object) -> bool:
         and not isinstance(source, collections.abc.Mapping | str | bytes)
         and not isinstance(source, Iterator)
     )
+
+
+def _cheap_to_index(source: object) -> bool:
+    """Whether ``source[i]`` is known to take microseconds and never to wait: a
+    built-in list or tuple, or a NumPy array in memory (an item of a memory map
+    is a view too; its pages are read when the step uses them)."""
+    return type(source) in (list, tuple, np.ndarray, np.memmap)
 
 
 def _check_repeatable(source: object, num_epochs: int | None, label: str) -> None:
