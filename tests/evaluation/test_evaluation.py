@@ -54,6 +54,58 @@ async def test_evaluates_a_given_state_until_the_input_ends(caplog: Any) -> None
     assert "global step has not been increased" not in caplog.text
 
 
+class _OtherHalf:
+    """A cluster of two whose other process evaluated a shard with the mean at 10."""
+
+    is_chief = True
+
+    def __init__(self) -> None:
+        self.merged: list[list[str]] = []
+
+    def agree_to_stop(self, local: bool) -> bool:
+        return local
+
+    async def share_state(self, session: Any, max_wait_secs: float) -> None:
+        return None
+
+    def fail(self, failure: BaseException) -> None:
+        return None
+
+    def merge_metrics(self, metrics: Any) -> None:
+        self.merged.append([metric.name for metric in metrics])
+        for metric in metrics:
+            if isinstance(metric, m.Mean):
+                other = m.Mean()
+                other.update(np.full(3, 10.0))
+                metric.merge(other)
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+async def test_a_sharded_evaluation_merges_the_metrics_through_the_cluster(
+    monkeypatch: pytest.MonkeyPatch, sharded: bool
+) -> None:
+    cluster = _OtherHalf()
+
+    async def supply(self: Any, available: Any) -> None:
+        self._cluster = cluster
+
+    monkeypatch.setattr(monitored.MonitoredSession, "_find_cluster", supply)
+    state = monitored.TrainState({"w": np.array([2.0])})
+    result = await evaluate_once(eval_step, _metrics(), input=DATA, state=state, sharded=sharded)
+    if sharded:
+        assert cluster.merged == [["mean_squared_error", "mean"]]
+        assert result.metrics["mean_pred"] == pytest.approx((2 + 4 + 6 + 3 * 10) / 6)
+    else:
+        assert cluster.merged == []
+        assert result.metrics["mean_pred"] == 4.0
+
+
+async def test_a_sharded_evaluation_alone_changes_nothing() -> None:
+    state = monitored.TrainState({"w": np.array([2.0])})
+    result = await evaluate_once(eval_step, _metrics(), input=DATA, state=state, sharded=True)
+    assert result.metrics == {"mse": 0.0, "mean_pred": 4.0}
+
+
 async def test_eval_steps_and_final_ops() -> None:
     state = monitored.TrainState({"w": np.array([1.0])})
     result = await evaluate_once(

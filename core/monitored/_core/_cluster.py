@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, final
 
 if TYPE_CHECKING:
+    from ..metrics import Metric
     from ._session import MonitoredSession
 
 __all__ = ["Cluster", "ClusterSpec", "LocalCluster"]
@@ -52,6 +53,15 @@ class Cluster(Protocol):
         """
         ...
 
+    def merge_metrics(self, metrics: Sequence[Metric]) -> None:
+        """Combine each metric's accumulators with the same metric of every process.
+
+        In place, exactly: afterwards every process holds the totals over all
+        processes' batches (a sharded evaluation, ``evaluate_once(sharded=True)``).
+        Every process passes the same metrics in the same order.
+        """
+        ...
+
 
 @final
 class LocalCluster:
@@ -73,6 +83,9 @@ class LocalCluster:
         return None
 
     def fail(self, failure: BaseException) -> None:
+        return None
+
+    def merge_metrics(self, metrics: Sequence[Metric]) -> None:
         return None
 
 

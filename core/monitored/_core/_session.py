@@ -18,7 +18,7 @@ import time
 import weakref
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from types import TracebackType
-from typing import Any, Final, NoReturn, final
+from typing import TYPE_CHECKING, Any, Final, NoReturn, final
 
 import anyio
 import anyio.abc
@@ -52,6 +52,9 @@ from ._run import RunOptions, SessionRunArgs, SessionRunContext, SessionRunValue
 from ._scaffold import Scaffold, SessionManager
 from ._state import TrainState, check_global_step
 from ._tf1_arguments import refuse_tf1_arguments
+
+if TYPE_CHECKING:
+    from ..metrics import Metric
 
 __all__ = ["MonitoredSession", "RawSession", "SingularMonitoredSession", "StepContext"]
 
@@ -983,6 +986,17 @@ class MonitoredSession:
         progress and summaries plugins see the results.
         """
         await self.call_hook("after_evaluate", self, step, dict(metrics))
+
+    def merge_metrics(self, metrics: Iterable[Metric]) -> None:
+        """Merge ``metrics`` with the same metrics of the cluster's other processes.
+
+        Through the session's :class:`~monitored.Cluster`: alone, nothing
+        changes; under ``mpiexec`` (``monitored-mpi``) every rank then holds the
+        totals over all ranks. For a sharded evaluation (``evaluate_once(...,
+        sharded=True)`` calls it before reading the results); every process must
+        call it, with the same metrics in the same order.
+        """
+        self._cluster.merge_metrics(list(metrics))
 
     def options_for(self, plugin: str) -> Mapping[str, Any]:
         """The resolved options of ``plugin`` (declared with ``declare_options``).

@@ -170,6 +170,7 @@ async def evaluate_once(
     summary_dir: str | os.PathLike[str] | None = None,
     disable_plugins: Iterable[str] = (),
     plugin_options: Mapping[str, Mapping[str, Any]] | None = None,
+    sharded: bool = False,
 ) -> EvaluationResult:
     """Evaluate once: TF1's ``evaluate_once`` and ``Estimator.evaluate``.
 
@@ -189,6 +190,12 @@ async def evaluate_once(
     Results are handed to summary sinks (the ``write_summaries`` hook) for the
     session's ``summary_dir``: ``summary_dir`` if given, else ``<model_dir>/eval``
     (the checkpoint's directory).
+
+    With ``sharded=True`` each process of a distributed job (``mpiexec`` with
+    ``monitored-mpi``) evaluates its own shard of the input and the metrics are
+    merged across processes before the results are read, so every process gets
+    the results over all shards (:meth:`~monitored.MonitoredSession.merge_metrics`);
+    the shards must hold the same number of batches. Alone, it changes nothing.
 
     Raises :class:`NoMetricUpdatesError` when a step updated no metric,
     :class:`NoCheckpointError` when ``checkpoint_dir`` holds no checkpoint,
@@ -263,6 +270,8 @@ async def evaluate_once(
                     f"{sorted(metrics)} in eval step {stopper.done} (global step "
                     f"{sess.state.global_step}); call metrics[name].update(...) in it"
                 )
+        if sharded:
+            sess.merge_metrics(metrics.values())
         values = {key: metric.result() for key, metric in metrics.items()}
         step = sess.state.global_step
         if sess.has_summary_sinks:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +180,23 @@ def test_the_distributed_example_learns_on_two_ranks(run_mpi: Any) -> None:
     line = proc.stdout.strip().splitlines()[-1]
     assert line.startswith("2 rank(s), step 150: held-out accuracy")
     assert float(line.split("accuracy ")[1].split()[0]) > 0.85
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_sharded_evaluation_gives_every_rank_the_results_over_all_shards(
+    run_mpi: Any, n: int
+) -> None:
+    proc, results = run_mpi(n, "evaluate.py")
+    _ok(proc)
+    values = np.arange(48.0)  # the 12 batches of 4, all ranks together
+    for result in results.values():
+        assert result["shard"] == 12 // n
+        # Evaluated after steps 1 and 3 (w = 2 and 4), and alone on the final w = 4.
+        assert result["in_training"] == [
+            [1, {"mean": pytest.approx(2 * values.mean()), "count": 24.0}],
+            [3, {"mean": pytest.approx(4 * values.mean()), "count": 24.0}],
+        ]
+        assert result["alone"] == {"mean": pytest.approx(4 * values.mean()), "count": 24.0}
+    assert (
+        len({json.dumps(r["in_training"]) + json.dumps(r["alone"]) for r in results.values()}) == 1
+    )

@@ -19,14 +19,16 @@ import signal
 import sys
 import threading
 import traceback
+from collections.abc import Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any, final
 
 import numpy as np
 
 from monitored import ClusterSpec
+from monitored.metrics import Metric
 
-from ._collectives import exchange_bytes
+from ._collectives import exchange_bytes, merge_metrics
 from ._share import share_state
 from ._world import World
 
@@ -120,6 +122,10 @@ class MPICluster:
         if stop:
             self._unwatch_sigterm()
         return stop
+
+    def merge_metrics(self, metrics: Sequence[Metric]) -> None:
+        """Every rank's metrics summed into every rank's (a sharded evaluation)."""
+        merge_metrics(metrics, world_=self._world)
 
     def fail(self, failure: BaseException) -> None:
         """Report ``failure`` as this rank's, then end every rank of the job."""
