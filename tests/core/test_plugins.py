@@ -506,3 +506,26 @@ def test_dunder_methods_are_never_hooks() -> None:
     manager.add(PluginInfo("hook", Hook()))
     assert manager.ordered_impls("end") == []
     assert [impl.plugin_name for impl, _ in manager.ordered_impls("after_run")] == ["hook"]
+
+
+def test_a_distributions_metadata_is_read_once_per_entry_point() -> None:
+    from monitored._core._plugins import _distribution
+
+    class Dist:
+        name = "monitored-x"
+        version = "1.2"
+        reads = 0
+
+        @property
+        def metadata(self) -> dict[str, str]:
+            type(self).reads += 1
+            return {"Name": "Monitored-X"}
+
+    class EntryPoint:
+        dist = Dist()
+
+    first, second = EntryPoint(), EntryPoint()
+    assert _distribution(first) == _distribution(first) == ("Monitored-X", "1.2")  # type: ignore[arg-type]
+    assert Dist.reads == 1
+    assert _distribution(second) == ("Monitored-X", "1.2")  # type: ignore[arg-type]
+    assert Dist.reads == 2  # another entry point object is read on its own

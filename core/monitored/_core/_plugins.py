@@ -236,10 +236,32 @@ def _mtime(path: str) -> int | None:
 
 
 def _distribution(ep: importlib.metadata.EntryPoint) -> tuple[str, str]:
+    """``(name, version)`` of the distribution that registers ``ep``.
+
+    Reading them parses the distribution's metadata file (milliseconds per
+    session with a few plugins), so each entry point object's answer is kept;
+    the cache holds the object itself, so a recycled ``id`` never matches.
+    """
+    cached = _distributions.get(id(ep))
+    if cached is not None and cached[0] is ep:
+        return cached[1]
     dist = ep.dist
     if dist is None:  # pragma: no cover - entry points always come from a distribution
-        return "<unknown>", "?"
-    return dist.metadata["Name"] or dist.name, dist.version
+        found = ("<unknown>", "?")
+    else:
+        found = (dist.metadata["Name"] or dist.name, dist.version)
+    if len(_distributions) > 4096:  # entry points read again and again: start over
+        _distributions.clear()
+    _distributions[id(ep)] = (ep, found)
+    return found
+
+
+#: ``id(entry point) -> (entry point, (distribution name, version))``.
+_distributions: dict[int, tuple[importlib.metadata.EntryPoint, tuple[str, str]]] = {}
+
+
+#: ``parse_hookspec_opts`` of each name of ``hookspecs``, computed once.
+_SPEC_OPTS: dict[str, Any] = {}
 
 
 @final
@@ -261,6 +283,17 @@ class PluginManager(pluggy.PluginManager):
     def infos(self) -> list[PluginInfo]:
         """The registered plugins in call order."""
         return [self._infos[name] for name in self._order]
+
+    def parse_hookspec_opts(self, module_or_class: Any, name: str) -> Any:
+        # The contract does not change while the process runs: parse each of its
+        # names once, not once per manager (one per session, one per evaluation).
+        if module_or_class is not hookspecs:
+            return super().parse_hookspec_opts(module_or_class, name)
+        try:
+            return _SPEC_OPTS[name]
+        except KeyError:
+            opts = _SPEC_OPTS[name] = super().parse_hookspec_opts(module_or_class, name)
+            return opts
 
     def parse_hookimpl_opts(self, plugin: object, name: str) -> Any:
         # Dunders are never hooks: skipping them spares pluggy's static lookup of

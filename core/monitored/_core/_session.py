@@ -411,8 +411,11 @@ class MonitoredSession:
 
     async def _find_cluster(self, available: Iterable[PluginInfo]) -> None:
         """Let an installed plugin supply the cluster (the ``cluster`` hookspec)."""
+        suppliers = [info for info in available if hasattr(info.plugin, "cluster")]
+        if not suppliers:
+            return
         probe = PluginManager()
-        for info in available:
+        for info in suppliers:
             probe.add(info)
         supplied = await CallPlan(probe).call_first("cluster", self)
         if supplied is not None:
