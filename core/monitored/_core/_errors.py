@@ -115,10 +115,13 @@ def install_hint(distribution: str) -> str:
     )
 
 
-def import_plugin(module: str, distribution: str, plugin: str, why: str) -> ModuleType:
+def import_plugin(
+    module: str, distribution: str, plugin: str, why: str, remedy: str = ""
+) -> ModuleType:
     """Import a plugin's module for a feature of the core, or say how to install it.
 
-    ``why`` says what needed it ("warm_start reads checkpoints"); the
+    ``why`` says what needed it ("warm_start reads checkpoints") and ``remedy``
+    (``"; pass saver=None to ..."``) how to do without; the
     :class:`MissingPluginError` names the plugin and its distribution.
     """
     try:
@@ -126,7 +129,7 @@ def import_plugin(module: str, distribution: str, plugin: str, why: str) -> Modu
     except ImportError:
         raise MissingPluginError(
             f"{why} with the {plugin} plugin, which is not installed "
-            f"({install_hint(distribution)})",
+            f"({install_hint(distribution)}){remedy}",
             plugin=plugin,
             distribution=distribution,
         ) from None

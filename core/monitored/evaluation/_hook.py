@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .._core._run import SessionRunContext, SessionRunValues
     from .._core._session import MonitoredSession
 
-__all__ = ["EvaluationHook", "TrainingEvaluation"]
+__all__ = ["EvaluatesInTraining", "EvaluationHook", "TrainingEvaluation"]
 
 
 @final
@@ -92,8 +92,26 @@ class TrainingEvaluation:
         await session.report_evaluation(result.global_step, result.metrics)
 
 
+class EvaluatesInTraining:
+    """What the hooks that evaluate inside training show of their evaluations."""
+
+    __slots__ = ("_evaluation",)
+
+    _evaluation: TrainingEvaluation
+
+    @property
+    def eval_fn(self) -> Callable[..., Any]:
+        """The eval step."""
+        return self._evaluation.eval_fn
+
+    @property
+    def results(self) -> list[EvaluationResult]:
+        """Every result so far, oldest first."""
+        return self._evaluation.results
+
+
 @final
-class EvaluationHook:
+class EvaluationHook(EvaluatesInTraining):
     """Runs :func:`evaluate_once` on the training state every ``every_n_steps`` steps.
 
     ``input_fn()`` gives a fresh eval input each time; ``kwargs`` go to
@@ -113,7 +131,7 @@ class EvaluationHook:
     checkpoint is written).
     """
 
-    __slots__ = ("_evaluation", "_timer", "at_end")
+    __slots__ = ("_timer", "at_end")
 
     def __init__(
         self,
@@ -129,16 +147,6 @@ class EvaluationHook:
         self._evaluation = TrainingEvaluation(eval_fn, metrics, input_fn, kwargs)
         self._timer = SecondOrStepTimer(every_secs=every_n_secs, every_steps=every_n_steps)
         self.at_end = at_end
-
-    @property
-    def eval_fn(self) -> Callable[..., Any]:
-        """The eval step."""
-        return self._evaluation.eval_fn
-
-    @property
-    def results(self) -> list[EvaluationResult]:
-        """Every result so far, oldest first."""
-        return self._evaluation.results
 
     async def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
         session = run_context.session

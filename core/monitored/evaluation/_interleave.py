@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any, final
 
 from .._core._markers import hookimpl
 from ..metrics import Metric
-from ._evaluate import EvaluationResult
-from ._hook import TrainingEvaluation
+from ._hook import EvaluatesInTraining, TrainingEvaluation
 
 if TYPE_CHECKING:
     from .._core._coordinator import Coordinator
@@ -26,7 +25,7 @@ __all__ = ["EvaluateNewCheckpoints"]
 
 
 @final
-class EvaluateNewCheckpoints:
+class EvaluateNewCheckpoints(EvaluatesInTraining):
     """Evaluates the training state at each new checkpoint, and at the end.
 
     A checkpoint is evaluated when it is of a step trained in this session,
@@ -51,7 +50,6 @@ class EvaluateNewCheckpoints:
     """
 
     __slots__ = (
-        "_evaluation",
         "_last_step",
         "_last_time",
         "_start_step",
@@ -80,16 +78,6 @@ class EvaluateNewCheckpoints:
         self._start_step = 0
         self._last_step: int | None = None
         self._last_time: float | None = None
-
-    @property
-    def eval_fn(self) -> Callable[..., Any]:
-        """The eval step."""
-        return self._evaluation.eval_fn
-
-    @property
-    def results(self) -> list[EvaluationResult]:
-        """Every result so far, oldest first."""
-        return self._evaluation.results
 
     def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
         self._start_step = session.state.global_step

@@ -37,7 +37,7 @@ import anyio.to_thread
 
 from .._core._config import TrainingConfig
 from .._core._coordinator import Coordinator, ExcInfo, LooperThread
-from .._core._errors import MissingPluginError, UnsupportedArgumentError, import_plugin
+from .._core._errors import UnsupportedArgumentError, import_plugin
 from .._core._scaffold import Scaffold, SessionManager
 from .._core._session import MonitoredSession
 from .._core._state import TrainState
@@ -317,7 +317,7 @@ class Supervisor:
         """The ``Saver`` of the checkpoint service, or ``None`` when it is off."""
         if saver is None or self._logdir is None or not self._is_chief:
             return None
-        module = _plugin(
+        module = import_plugin(
             *_CHECKPOINT,
             f"Supervisor(logdir={self._logdir!r}) saves and restores checkpoints there",
             "; pass saver=None to run without checkpoints",
@@ -343,7 +343,7 @@ class Supervisor:
                 log.debug("Supervisor: summaries are off, monitored-summaries is not installed")
                 return None
             return monitored_summaries
-        module = _plugin(*_SUMMARIES, "the Supervisor was asked for summaries", "")
+        module = import_plugin(*_SUMMARIES, "the Supervisor was asked for summaries")
         if summary_writer is not USE_DEFAULT and not isinstance(summary_writer, module.FileWriter):
             raise UnsupportedArgumentError(
                 f"Supervisor(summary_writer=...): got {type(summary_writer).__name__}; pass a "
@@ -425,8 +425,8 @@ class Supervisor:
         summaries plugin is a :class:`~monitored.MissingPluginError`.
         """
         if self._writer is None and self._writer_wanted and self.is_chief:
-            module = self._summaries or _plugin(
-                *_SUMMARIES, "Supervisor.summary_writer was asked for", ""
+            module = self._summaries or import_plugin(
+                *_SUMMARIES, "Supervisor.summary_writer writes event files"
             )
             self._writer = module.FileWriterCache.get(self._logdir)
         return self._writer
@@ -567,7 +567,7 @@ class Supervisor:
         hooks: list[object] = []
         if self._saver is not None:
             assert self._logdir is not None
-            checkpoint = _plugin(*_CHECKPOINT, "the Supervisor saves checkpoints", "")
+            checkpoint = import_plugin(*_CHECKPOINT, "the Supervisor saves checkpoints")
             if start_standard_services and self._save_model_secs:
                 hooks.append(
                     checkpoint.CheckpointSaverHook(
@@ -629,7 +629,7 @@ class Supervisor:
             self.summary_computed(session, values, step)
 
     async def _wait_for_checkpoint(self, max_wait_secs: float) -> None:
-        checkpoint = _plugin(*_CHECKPOINT, "wait_for_checkpoint waits for a checkpoint", "")
+        checkpoint = import_plugin(*_CHECKPOINT, "wait_for_checkpoint looks for checkpoints")
         with anyio.move_on_after(max_wait_secs):
             while (
                 await anyio.to_thread.run_sync(checkpoint.latest_checkpoint, self._logdir) is None
@@ -762,18 +762,6 @@ class Supervisor:
         check_summaries(summary, "Supervisor.summary_computed")
         records, host = summary_records(summary)
         writer.add_records(step, records, host)
-
-
-def _plugin(module: str, distribution: str, plugin: str, why: str, remedy: str) -> Any:
-    """Import a plugin's module, or raise :class:`MissingPluginError` naming the package."""
-    try:
-        return import_plugin(module, distribution, plugin, why)
-    except MissingPluginError as exc:
-        if not remedy:
-            raise
-        raise MissingPluginError(
-            f"{exc}{remedy}", plugin=exc.plugin, distribution=exc.distribution
-        ) from None
 
 
 def _refuse(**given: tuple[Any, str]) -> None:
