@@ -81,11 +81,18 @@ async def test_the_clusters_decision_stops_the_loop_and_it_shares_the_state() ->
     cluster = _Voting(is_chief=False)
     async with monitored.MonitoredSession(monitored.TrainState(), cluster=cluster) as sess:
         assert not sess.is_chief
+        assert sess.cluster is cluster
         while not sess.should_stop():
             await sess.run(_step)
     assert sess.state.global_step == 4
     assert cluster.shared == 1
     assert cluster.failed == []
+
+
+async def test_alone_the_session_trains_in_a_local_cluster() -> None:
+    async with monitored.MonitoredSession(monitored.TrainState()) as sess:
+        assert isinstance(sess.cluster, monitored.LocalCluster)
+        assert sess.cluster.is_chief
 
 
 async def test_a_failure_is_handed_to_the_cluster() -> None:

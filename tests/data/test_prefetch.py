@@ -809,3 +809,168 @@ async def test_one_worker_thread_means_one_call_of_the_source_at_a_time() -> Non
     got = await collect(data.prefetch(load, buffer_size=2, name="one", in_place=True))
     assert got == list(range(300))
     assert most == 1
+
+
+class _TwoProcesses:
+    """A stand-in cluster of two: records this process's votes; the other process
+    asks to stop once the global step reaches ``other_stops_at``."""
+
+    is_chief = True
+
+    def __init__(self, other_stops_at: int = 10**9) -> None:
+        self.votes: list[tuple[int, bool]] = []
+        self.other_stops_at = other_stops_at
+        self.session: Any = None
+
+    def agree_to_stop(self, local: bool) -> bool:
+        step = self.session.state.global_step
+        self.votes.append((step, local))
+        return local or step >= self.other_stops_at
+
+    async def share_state(self, session: Any, max_wait_secs: float) -> None:
+        self.session = session
+        session.state.initialized = True
+
+    def fail(self, failure: BaseException) -> None:
+        raise AssertionError(f"no process fails here: {failure!r}")
+
+    def merge_metrics(self, metrics: Any) -> None:
+        return None
+
+
+def _count(state: monitored.TrainState, batch: np.ndarray) -> None:
+    state.global_step += 1
+
+
+@pytest.mark.parametrize("source", ["list", "generator", "async", "in_place", "tasks"])
+async def test_with_other_processes_the_last_batchs_step_votes_to_stop(source: str) -> None:
+    # The other processes would already be inside the next step (and its collectives)
+    # when this one found no batch for it: the step of the last batch votes to stop.
+    async def agen() -> AsyncIterator[np.ndarray]:
+        for b in batches(5):
+            yield b
+
+    made = {
+        "list": lambda: data.prefetch(batches(5), feed="batch"),
+        "generator": lambda: data.prefetch((b for b in batches(5)), feed="batch"),
+        "async": lambda: data.prefetch(agen(), feed="batch"),
+        "in_place": lambda: data.prefetch((b for b in batches(5)), feed="batch", in_place=True),
+        "tasks": lambda: data.prefetch(
+            (b for b in batches(5)), feed="batch", threads=False, buffer_size=1
+        ),
+    }
+    pipeline = made[source]()
+    cluster = _TwoProcesses()
+    async with monitored.MonitoredSession(hooks=[pipeline], cluster=cluster) as sess:
+        while not sess.should_stop():
+            await sess.run(_count)
+    assert sess.state.global_step == 5
+    assert cluster.votes == [(1, False), (2, False), (3, False), (4, False), (5, True)]
+
+
+async def test_with_other_processes_a_skipped_tail_is_the_end_too() -> None:
+    pipeline = data.prefetch(batches(6), feed="batch")
+    pipeline.skip(4, 6)
+    cluster = _TwoProcesses()
+    async with monitored.MonitoredSession(hooks=[pipeline], cluster=cluster) as sess:
+        while not sess.should_stop():
+            await sess.run(_count)
+    assert cluster.votes[-1] == (4, True)
+
+
+async def test_with_other_processes_the_position_saved_is_the_next_steps_batch() -> None:
+    # Looking ahead consumes nothing: a checkpoint after step 2 resumes at batch 2.
+    pipeline = data.prefetch(batches(5), feed="batch")
+    cluster = _TwoProcesses(other_stops_at=2)
+    async with monitored.MonitoredSession(hooks=[pipeline], cluster=cluster) as sess:
+        while not sess.should_stop():
+            await sess.run(_count)
+        assert pipeline.plugin_state()["next"] == 2
+    assert sess.state.global_step == 2
+
+
+async def test_with_other_processes_a_producer_error_is_still_raised_by_the_next_step() -> None:
+    def load(i: int) -> np.ndarray:
+        if i == 2:
+            raise OSError("disk gone")
+        return np.zeros(2)
+
+    pipeline = data.prefetch(load, feed="batch")
+    cluster = _TwoProcesses()
+    cluster.fail = lambda failure: None  # type: ignore[method-assign]
+    with pytest.raises(data.ProducerError, match="disk gone"):
+        async with monitored.MonitoredSession(hooks=[pipeline], cluster=cluster) as sess:
+            while not sess.should_stop():
+                await sess.run(_count)
+    assert cluster.votes == [(1, False), (2, False)]
+
+
+async def test_async_for_ends_when_every_process_agreed_to_stop() -> None:
+    # The other process's input ended: this one stops at the same step and its
+    # `async for` ends instead of handing out a batch no step may run.
+    pipeline = data.prefetch(batches(8))
+    cluster = _TwoProcesses(other_stops_at=3)
+    async with monitored.MonitoredSession(hooks=[pipeline], cluster=cluster) as sess:
+        async for batch in pipeline:
+            await sess.run(_count, batch)
+        assert pipeline.plugin_state()["next"] == 3
+    assert sess.state.global_step == 3
+
+
+async def test_async_for_ends_when_a_hook_stops_the_session() -> None:
+    pipeline = data.prefetch(batches(8))
+    hooks = [pipeline, monitored.StopAtStepHook(last_step=3)]
+    async with monitored.MonitoredSession(hooks=hooks) as sess:
+        async for batch in pipeline:
+            await sess.run(_count, batch)
+    assert sess.state.global_step == 3
+
+
+async def test_alone_the_end_of_input_is_still_the_next_steps_out_of_range() -> None:
+    # TF1's behaviour, unchanged for one process: no look-ahead hook runs.
+    pipeline = data.prefetch(batches(2), feed="batch")
+    async with monitored.MonitoredSession(hooks=[pipeline]) as sess:
+        await sess.run(_count)
+        await sess.run(_count)
+        assert not sess.should_stop()
+        with pytest.raises(monitored.OutOfRangeError, match="exhausted after 2 batches"):
+            await sess.run(_count)
+    assert sess.state.global_step == 2
+
+
+class _Worker(_TwoProcesses):
+    """A worker of two processes: the chief's pipeline state arrives at creation."""
+
+    is_chief = False
+
+    def __init__(self, chiefs: dict[str, Any]) -> None:
+        super().__init__()
+        self.chiefs = chiefs
+
+    async def share_state(self, session: Any, max_wait_secs: float) -> None:
+        await super().share_state(session, max_wait_secs)
+        await session.load_plugin_states(self.chiefs)
+
+
+async def test_a_worker_takes_the_chiefs_position_whatever_the_size_of_its_shard() -> None:
+    chiefs_pipeline = data.prefetch(data.shard(batches(11), 2, 0), feed="batch")  # 6 batches
+    chiefs_pipeline._next = 3
+    pipeline = data.prefetch(data.shard(batches(11), 2, 1), feed="batch")  # 5 batches
+    cluster = _Worker(
+        {pipeline.plugin_name: {"version": 1, "state": chiefs_pipeline.plugin_state()}}
+    )
+    async with monitored.MonitoredSession(hooks=[pipeline], cluster=cluster) as sess:
+        seen = []
+        while not sess.should_stop():
+            await sess.run(lambda state, batch: seen.append(int(batch[0])))
+    assert seen == [7, 9]
+
+
+async def test_a_worker_refuses_a_chiefs_pipeline_configured_otherwise() -> None:
+    chiefs = data.prefetch(batches(4), feed="batch", num_epochs=2)
+    pipeline = data.prefetch(batches(4), feed="batch", num_epochs=1)
+    cluster = _Worker({pipeline.plugin_name: {"version": 1, "state": chiefs.plugin_state()}})
+    cluster.fail = lambda failure: None  # type: ignore[method-assign]
+    with pytest.raises(data.ResumeMismatchError, match="the chief's pipeline of the same name"):
+        async with monitored.MonitoredSession(hooks=[pipeline], cluster=cluster):
+            pass

@@ -36,6 +36,19 @@ def test_sequences_iterables_and_index_functions_are_sharded() -> None:
     assert data.shard(lambda i: i, 4, 3)(2) == 11
 
 
+def test_a_list_of_batches_is_split_by_batch_and_a_tuple_of_arrays_by_row() -> None:
+    # prefetch reads a list item by item, so shard splits a list into its items even
+    # when they are arrays; a structure of examples is a tuple (or a dict).
+    batches = [np.full(4, i) for i in range(5)]
+    part = data.shard(batches, 2, 1)
+    assert [int(b[0]) for b in part] == [1, 3]
+    assert all(b.shape == (4,) for b in part)
+    x, y = np.arange(6), np.arange(6) * 10
+    rows = data.shard((x, y), 2, 1)
+    assert rows[0].tolist() == [1, 3, 5]
+    assert rows[1].tolist() == [10, 30, 50]
+
+
 async def test_sharded_shuffle_batches_of_two_processes_are_disjoint() -> None:
     seen = []
     for index in range(2):

@@ -217,6 +217,13 @@ class MonitoredSession:
         return self._cluster.is_chief
 
     @property
+    def cluster(self) -> Cluster:
+        """The processes this session trains with: :class:`~monitored.LocalCluster`
+        alone, or the one a ``cluster`` plugin supplied (``monitored-mpi`` under
+        ``mpiexec``). Known once the session is entered."""
+        return self._cluster
+
+    @property
     def scaffold(self) -> Scaffold:
         """How the state is initialized and checked ready (the session manager's)."""
         return self._session_manager.scaffold

@@ -33,7 +33,15 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from typing import TYPE_CHECKING, Any, Final, final
 
 import anyio
@@ -42,6 +50,7 @@ import anyio.from_thread
 import anyio.lowlevel
 import numpy as np
 
+from .._core._cluster import LocalCluster
 from .._core._coordinator import END_OF_INPUT
 from .._core._errors import OutOfRangeError
 from .._core._run import SessionRunArgs
@@ -51,7 +60,7 @@ from ._wake import LoopWaker
 
 if TYPE_CHECKING:
     from .._core._coordinator import Coordinator
-    from .._core._run import SessionRunContext
+    from .._core._run import SessionRunContext, SessionRunValues
     from .._core._session import MonitoredSession
     from ._staging import DeviceStager
 
@@ -62,6 +71,8 @@ log = logging.getLogger("monitored")
 _MISSING: Final = object()
 _POLL_SECS: Final = 0.005
 _DEFAULT_GRACE_SECS: Final = 120.0
+#: Configuration entries that are the size of this process's shard of the data.
+_SHARD_SIZE_KEYS: Final = ("length", "examples")
 
 Spawn = Callable[..., Any]
 
@@ -167,6 +178,10 @@ class Pipeline:
         self._spawn: Spawn | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._consumed_by_iteration = False
+        #: The session this pipeline is a hook of, and whether it trains with other
+        #: processes (then each step ends by looking for the next batch).
+        self._session: MonitoredSession | None = None
+        self._look_ahead = False
 
     # -- the position ----------------------------------------------------------------------
     @property
@@ -230,17 +245,27 @@ class Pipeline:
         """Resume at the saved position; refuse a differently configured pipeline,
         and a damaged position (:class:`~monitored.data.InputStateError`)."""
         saved_config, position, skips, seed = self._read_saved(state)
-        if saved_config != self._config:
-            keys = sorted(set(saved_config) | set(self._config))
-            diffs = [
-                f"{k}={saved_config.get(k, '<unset>')!r} (now {self._config.get(k, '<unset>')!r})"
-                for k in keys
-                if saved_config.get(k, _MISSING) != self._config.get(k, _MISSING)
-            ]
+        # In a job of several processes a worker receives the chief's position (every
+        # process has consumed as many batches); the size of the chief's shard is not
+        # this process's, so only the rest of the configuration must agree.
+        shared = self._look_ahead and self._session is not None and not self._session.is_chief
+        ignored = _SHARD_SIZE_KEYS if shared else ()
+        keys = sorted((set(saved_config) | set(self._config)) - set(ignored))
+        diffs = [
+            f"{k}={saved_config.get(k, '<unset>')!r} (now {self._config.get(k, '<unset>')!r})"
+            for k in keys
+            if saved_config.get(k, _MISSING) != self._config.get(k, _MISSING)
+        ]
+        if diffs:
+            where = (
+                "the chief's pipeline of the same name has"
+                if shared
+                else "the checkpoint was saved with"
+            )
             raise ResumeMismatchError(
-                f"input pipeline {self.name!r}: the checkpoint was saved with another "
-                f"configuration: {', '.join(diffs)}; resuming would feed other batches. "
-                "Use the saved settings, or another pipeline name to start this input afresh"
+                f"input pipeline {self.name!r}: {where} another configuration: "
+                f"{', '.join(diffs)}; resuming would feed other batches. Use the same "
+                "settings, or another pipeline name to start this input afresh"
             )
         if seed is not None:
             self._seed = seed
@@ -296,12 +321,36 @@ class Pipeline:
         """Subclass hook: the seed changed (restored from a checkpoint)."""
 
     # -- starting and stopping -------------------------------------------------------------
+    def begin(self, session: MonitoredSession) -> None:
+        """Note the session, and whether it trains with other processes."""
+        self._session = session
+        self._look_ahead = not isinstance(session.cluster, LocalCluster)
+
     async def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
         """Start the producers at the (restored) position."""
         if self._grace is None:
             self._grace = float(getattr(session, "_stop_grace_period_secs", _DEFAULT_GRACE_SECS))
         self._spawn = coord.start_soon
         self._start()
+
+    def after_run(
+        self, run_context: SessionRunContext, run_values: SessionRunValues
+    ) -> Coroutine[Any, Any, None] | None:
+        """With other processes, stop after this step when no batch follows it.
+
+        Alone, the end of the input is the next step's ``OutOfRangeError``, as
+        in TF1. In a job of several processes that would come too late: the
+        others would already be inside the next step, waiting in its
+        collectives for this one. Known now, it is one more reason to stop that
+        every process agrees on at the end of this step.
+        """
+        if not self._look_ahead:
+            return None
+        return self._stop_if_exhausted(run_context)
+
+    async def _stop_if_exhausted(self, run_context: SessionRunContext) -> None:
+        if not await self._has_next():
+            run_context.request_stop()
 
     async def __aenter__(self) -> Pipeline:
         if self._task_group is not None:
@@ -695,6 +744,46 @@ class Pipeline:
                 stager.start(index + 1, following)
         return batch
 
+    async def _has_next(self) -> bool:
+        """Whether another batch (or its producer's error) comes; awaits until known.
+
+        Nothing is consumed: the position saved with a checkpoint stays that of
+        the next step's batch. A batch made in place here waits in the buffer.
+        """
+        in_place = self._in_place
+        while True:
+            event: anyio.Event | None = None
+            space: anyio.Event | None = None
+            skipped = False
+            with self._lock:
+                index = self._next
+                if self._skips and self._skipped(index):
+                    skipped = True  # a whole skipped range is passed at once, as take() does
+                    space = self._advance_locked(self._after_skips(index))
+                elif (
+                    index in self._ready
+                    or not self._running
+                    or (self._error is not None and self._error[0] == index)
+                ):
+                    return True  # a batch, or what the next take() raises
+                elif self._end is not None and index >= self._end:
+                    return False
+                elif not in_place:
+                    event = self._waiting = anyio.Event()
+            if space is not None:
+                space.set()
+            if skipped:
+                continue
+            if event is not None:
+                await event.wait()
+                in_place = self._in_place
+                continue
+            made = self._make(self._gen, self._reader, only=index)
+            if isinstance(made, tuple):
+                self._deposit(self._gen, *made)
+                return True
+            in_place = False  # a worker makes it, or it failed: look again, then wait
+
     def _advance_locked(self, next_index: int) -> anyio.Event | None:
         """The batches before ``next_index`` are consumed (or skipped): move on,
         and wake producers once half the window is free (so a fast source refills
@@ -740,6 +829,11 @@ class Pipeline:
         return self
 
     async def __anext__(self) -> Any:
+        session = self._session
+        if session is not None and self._running and session.should_stop():
+            # The loop is over (a hook's stop, or every process agreed to stop):
+            # end the iteration rather than hand out a batch no step will run.
+            raise StopAsyncIteration
         try:
             return await self.take()
         except OutOfRangeError:

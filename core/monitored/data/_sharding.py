@@ -1,8 +1,8 @@
 """``shard``: each process of a distributed job reads its own disjoint part.
 
 Process ``index`` of ``num_shards`` keeps every ``num_shards``-th element starting
-at ``index`` (examples of an in-memory dataset, elements of a sequence or an
-iterable, batch indices of an index function). The shards are disjoint and
+at ``index`` (rows of arrays, or of a tuple or dict of arrays; items of a list,
+another sequence or an iterable; batch indices of an index function). The shards are disjoint and
 together cover the input; their sizes differ by at most one element, so a job
 whose ranks must run the same number of steps drops the remainder
 (``allow_smaller_final_batch=False``) or sizes the data to a multiple.
@@ -27,16 +27,17 @@ T = TypeVar("T")
 def shard(source: Any, num_shards: int, index: int) -> Any:
     """The part of ``source`` that process ``index`` of ``num_shards`` reads.
 
-    ``source`` may be an array or a tuple/list/dict of arrays (rows are examples:
-    strided views, no copy), a sequence, an iterable (every process reads it all
-    and keeps its elements) or a function of the batch index (``i`` becomes
-    ``i * num_shards + index``).
+    ``source`` may be an array or a tuple or dict of arrays (rows are examples:
+    strided views, no copy), a sequence such as a list of batches or of file
+    names (its items are split, as ``prefetch`` reads a list item by item), an
+    iterable (every process reads it all and keeps its items) or a function of
+    the batch index (``i`` becomes ``i * num_shards + index``).
     """
     if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
         raise ValueError(f"num_shards must be an int >= 1, got {num_shards!r}")
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < num_shards:
         raise ValueError(f"shard index must be in [0, {num_shards}), got {index!r}")
-    leaves = flatten(source)
+    leaves = [] if isinstance(source, list) else flatten(source)
     if leaves and all(is_array(leaf) for _, leaf in leaves):
         return map_leaves(lambda leaf: leaf[index::num_shards], source)
     if isinstance(source, collections.abc.Sequence) and not isinstance(source, str | bytes):

@@ -200,3 +200,18 @@ def test_a_sharded_evaluation_gives_every_rank_the_results_over_all_shards(
     assert (
         len({json.dumps(r["in_training"]) + json.dumps(r["alone"]) for r in results.values()}) == 1
     )
+
+
+@pytest.mark.parametrize("how", ["feed", "iterate"])
+def test_input_ending_on_one_rank_first_stops_every_rank_after_the_same_step(
+    run_mpi: Any, how: str
+) -> None:
+    # 20 batches sharded over 3 ranks: 7, 7 and 6; the step holds a collective (the
+    # gradient allreduce). Rank 2 finds no 7th batch at the end of step 6: every
+    # rank agrees to stop there, no rank waits in a step rank 2 never runs.
+    proc, results = run_mpi(3, "uneven.py", how)
+    _ok(proc)
+    assert "CollectiveTimeoutError" not in proc.stderr
+    assert [r["step"] for r in results.values()] == [6, 6, 6]
+    assert [r["next"] for r in results.values()] == [6, 6, 6]
+    assert results[0]["w"] == results[1]["w"] == results[2]["w"]
