@@ -171,3 +171,31 @@ async def test_a_stop_decision_failing_at_close_is_handed_to_the_cluster_once() 
         async with monitored.MonitoredSession(monitored.TrainState(), cluster=cluster):
             raise monitored.OutOfRangeError("input ended before any step")
     assert [type(f) for f in cluster.failed] == [monitored.DeadlineExceededError]
+
+
+async def test_with_other_processes_an_aborted_error_is_a_failure_not_a_recovery() -> None:
+    # Alone the session would be re-created; the other processes cannot follow.
+    cluster = _Voting(is_chief=True)
+    calls = []
+
+    def aborted(state: monitored.TrainState) -> None:
+        calls.append(state.global_step)
+        raise monitored.AbortedError("peer restarted")
+
+    with pytest.raises(monitored.AbortedError) as caught:
+        async with monitored.MonitoredSession(monitored.TrainState(), cluster=cluster) as sess:
+            await sess.run(aborted)
+    assert calls == [0]
+    assert cluster.shared == 1, "the session must not be re-created"
+    assert [type(f) for f in cluster.failed] == [monitored.AbortedError]
+    assert "Not recovered: this process trains with others" in "".join(caught.value.__notes__)
+
+
+async def test_with_other_processes_a_coordinators_aborted_error_is_a_failure() -> None:
+    cluster = _Voting(is_chief=True)
+    with pytest.raises(monitored.AbortedError, match="input service gone"):
+        async with monitored.MonitoredSession(monitored.TrainState(), cluster=cluster) as sess:
+            await sess.run(_step)
+            sess.coord.request_stop(monitored.AbortedError("input service gone"))
+            await sess.run(_step)
+    assert cluster.shared == 1

@@ -487,6 +487,14 @@ class MonitoredSession:
             self._max_recoveries is not None and self._recoveries > self._max_recoveries
         ):
             return False
+        if not isinstance(self._cluster, LocalCluster):
+            exc.add_note(
+                "Not recovered: this process trains with others, which are already past "
+                "this step or waiting in its collectives; one process cannot re-create "
+                "its session alone, so the job ends (every process); restart it to "
+                "resume from the last checkpoint"
+            )
+            return False
         log.warning(
             "%s at step %d: re-creating the session and retrying (recovery %d): %s",
             type(exc).__name__,
@@ -522,6 +530,7 @@ class MonitoredSession:
         return (
             self._recoverable
             and isinstance(self._coord._exc, RECOVERABLE)
+            and isinstance(self._cluster, LocalCluster)
             and (self._max_recoveries is None or self._recoveries < self._max_recoveries)
         )
 

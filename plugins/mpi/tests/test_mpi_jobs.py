@@ -69,6 +69,20 @@ def test_an_exception_on_one_rank_ends_every_rank_naming_the_rank(
     assert message in proc.stderr
 
 
+def test_an_aborted_error_on_one_rank_ends_the_job_instead_of_recovering_alone(
+    run_mpi: Any,
+) -> None:
+    # Alone, AbortedError re-creates the session; with other ranks that would
+    # leave them in collectives this rank no longer calls: fail-stop instead.
+    proc, results = run_mpi(2, "train.py", "aborted", "20")
+    assert proc.returncode != 0
+    assert results == {}
+    assert "rank 1 of 2 failed at step 3 with AbortedError" in proc.stderr
+    assert "Not recovered: this process trains with others" in proc.stderr
+    assert "re-creating the session" not in proc.stderr
+    assert "CollectiveTimeoutError" not in proc.stderr
+
+
 def test_an_exception_while_closing_ends_the_job_naming_the_rank(run_mpi: Any) -> None:
     proc, results = run_mpi(2, "train.py", "endfail", "3")
     assert proc.returncode != 0

@@ -37,6 +37,12 @@ class FailOnRank:
             raise ValueError("boom on the last rank")
 
 
+class AbortedOnRank1At3:
+    def after_run(self, run_context, run_values):
+        if RANK == 1 and run_context.session.state.global_step == 3:
+            raise monitored.AbortedError("the parameter server restarted")
+
+
 class EndFailsOnRank1:
     def end(self, session):
         if RANK == 1:
@@ -114,6 +120,7 @@ async def main() -> None:
         "sigterm": [SigtermOnRank1At5()],
         "partial": [CollectiveOnRank0()],
         "endfail": [EndFailsOnRank1()],
+        "aborted": [AbortedOnRank1At3()],
     }.get(SCENARIO, [])
     checkpoint_dir = os.environ.get("CKPT_DIR")
     draws = []
