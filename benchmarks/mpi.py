@@ -1,11 +1,13 @@
 """Cost of data-parallel training with ``monitored-mpi``, against raw MPI in the same run.
 
 * **gradient**: on 2 ranks, one step of a distributed ``MonitoredSession`` whose
-  step averages a 10M-float32 gradient with ``DistributedOptimizer`` (one fused
-  allreduce, the division, the per-step stop agreement, the hooks' machinery),
-  against ``comm.Allreduce`` of the same buffer; rounds alternate the two. A
-  third row adds the optimizer's update (a plain SGD step over the 10M floats),
-  for scale.
+  step averages a 10M-float32 gradient with ``DistributedOptimizer`` (the
+  layout check, reduce-scatter, each rank dividing its block, allgather, the
+  per-step stop agreement, the hooks' machinery), against ``comm.Allreduce``
+  of the same buffer and, for reference, the same sum as the plugin moves it
+  (``Reduce_scatter`` + ``Allgatherv``, no division); rounds alternate them. A
+  further row adds the optimizer's update (a plain SGD step over the 10M
+  floats), for scale.
 * **layout check**: what ``DistributedOptimizer`` adds per step to compare the
   ranks' gradient layouts (6 variables, unchanged from call to call), in µs,
   against a 1-float ``comm.Allreduce`` (the smallest collective), alternating.
@@ -80,6 +82,21 @@ def child_gradient(repeats: int, steps: int) -> None:
             comm.Allreduce(grad, out)
         return (time.perf_counter() - start) / steps
 
+    base, extra = divmod(n, comm.size)
+    counts = [base + (1 if r < extra else 0) for r in range(comm.size)]
+    offsets = [sum(counts[:r]) for r in range(comm.size)]
+    block = np.empty(counts[comm.rank], np.float32)
+
+    def raw_scatter() -> float:
+        # The same sum as Allreduce, as the plugin moves it for large buffers
+        # (no division): the best raw MPI decomposition, for reference.
+        comm.Barrier()
+        start = time.perf_counter()
+        for _ in range(steps):
+            comm.Reduce_scatter(grad, block, counts, op=MPI.SUM)
+            comm.Allgatherv(block, [out, (counts, offsets)])
+        return (time.perf_counter() - start) / steps
+
     async def session(step_fn: object) -> float:
         state = monitored.TrainState({"w": np.zeros(n, np.float32)})
         async with monitored.MonitoredSession(state, disable_plugins=["progress"]) as sess:
@@ -108,10 +125,19 @@ def child_gradient(repeats: int, steps: int) -> None:
             comm.Allreduce(one, one_out)
         return (time.perf_counter() - start) / 2000
 
-    times: dict[str, list[float]] = {"raw": [], "reduce": [], "apply": [], "check": [], "tiny": []}
+    times: dict[str, list[float]] = {
+        "raw": [],
+        "raw_scatter": [],
+        "reduce": [],
+        "apply": [],
+        "check": [],
+        "tiny": [],
+    }
     raw()
+    raw_scatter()
     for _ in range(repeats):
         times["raw"].append(raw())
+        times["raw_scatter"].append(raw_scatter())
         times["reduce"].append(anyio.run(session, reduce_only))
         times["apply"].append(anyio.run(session, full_step))
         times["tiny"].append(tiny())
@@ -170,6 +196,7 @@ def main() -> None:
     print("10M-float32 gradient on 2 ranks, ms per step (median of", args.repeats, "rounds)")
     for key, label in [
         ("raw", "comm.Allreduce (baseline)"),
+        ("raw_scatter", "comm.Reduce_scatter + comm.Allgatherv (reference)"),
         ("reduce", "session step, reduce_gradients (reuse_buffers)"),
         ("apply", "session step, apply_gradients (reduce + SGD update)"),
     ]:

@@ -166,6 +166,11 @@ def test_collectives_and_the_distributed_optimizer_average_over_ranks(run_mpi: A
         # Rows 0, 1, 2 got 0/3, 1/3, 2/3 (each rank's row gathered, divided by 3).
         assert r["e"] == [[0.0, 0.0], [-1 / 3, -1 / 3], [-2 / 3, -2 / 3], [0.0, 0.0]]
         assert r["fp16"] == [[1.0, 1.0], "<f8"]
+        # Averaged by reduce-scatter (each rank divides its block) and allgather.
+        assert r["large"]["a"], rank
+        assert r["large"]["b"], rank
+        assert r["large"]["c"], rank
+        assert r["large"]["dtypes"] == ["<f4", "<f8", "<f4"]
     assert all(r == results[0] for r in results.values())
     refusals = results[0]["refusals"]
     assert refusals["allreduce_dtype"].startswith(

@@ -2,8 +2,9 @@
 
 Horovod's pattern: wrap the optimizer, keep the step function as it was. The
 dense gradients of a step are packed into one buffer per dtype (one dtype in
-the usual model, so one fused allreduce per step), summed over the ranks and
-divided by their number; ``IndexedSlices`` are gathered from every rank (rows
+the usual model, so one fused reduction per step), summed over the ranks and
+divided by their number (from 1 MiB on, as a reduce-scatter, each rank
+dividing its own block, and an allgather); ``IndexedSlices`` are gathered from every rank (rows
 and indices concatenated, values divided by the number of ranks). With
 ``compression="fp16"`` the floating gradients travel as float16, gathered and
 summed in rank order in float32, so every rank computes the same average.
@@ -21,7 +22,7 @@ would itself be a collective called by some ranks only.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, final
+from typing import Any, Final, Literal, final
 
 import numpy as np
 
@@ -34,7 +35,12 @@ from ._host import host as host_of
 from ._host import like
 from ._world import World, world
 
-__all__ = ["DistributedOptimizer"]
+__all__ = ["SCATTER_BYTES", "DistributedOptimizer"]
+
+#: Packed gradients of at least this many bytes are averaged by reduce-scatter,
+#: division of each rank's block, allgather; smaller ones by one allreduce and a
+#: division (two collectives cost more latency than the division they save).
+SCATTER_BYTES: Final = 1 << 20
 
 
 @final
@@ -209,23 +215,58 @@ class DistributedOptimizer:
             total = gathered[0].astype(np.float32)
             for row in gathered[1:]:
                 total += row
+            averaged = False
+            averaged = False
         else:
-            key = (packed.dtype.str, packed.size)
-            total = self._buffers.get(key) if reuse else None
-            if total is None:
-                total = np.empty_like(packed)
-                if reuse:
-                    self._buffers[key] = total
-            w.wait(w.comm.Iallreduce(packed, total, op=w.MPI.SUM), what)
+            total = self._buffer(packed.dtype, packed.size, reuse)
+            averaged = packed.nbytes >= SCATTER_BYTES
+            if averaged:
+                self._reduce_scatter_average(packed, total, w, what, reuse)
+            else:
+                w.wait(w.comm.Iallreduce(packed, total, op=w.MPI.SUM), what)
         out: dict[str, Any] = {}
         start = 0
         for (name, grad), host in zip(group, hosts, strict=True):
             part = total[start : start + host.size].reshape(host.shape)
             part = part.astype(host.dtype, copy=False)
             start += host.size
-            part /= host.dtype.type(w.size) if host.dtype.kind in "fc" else w.size
+            if not averaged:
+                _divide(part, w.size)
             out[name] = like(part, grad)
         return out
+
+    def _buffer(self, dtype: np.dtype[Any], size: int, reuse: bool) -> np.ndarray[Any, Any]:
+        """An uninitialized array, kept for the next call when ``reuse``."""
+        key = (dtype.str, size)
+        buffer = self._buffers.get(key) if reuse else None
+        if buffer is None:
+            buffer = np.empty(size, dtype=dtype)
+            if reuse:
+                self._buffers[key] = buffer
+        return buffer
+
+    def _reduce_scatter_average(
+        self,
+        packed: np.ndarray[Any, Any],
+        total: np.ndarray[Any, Any],
+        w: World,
+        what: str,
+        reuse: bool,
+    ) -> None:
+        """``total`` = the average of ``packed`` over the ranks, for large buffers.
+
+        Each rank sums one block of the buffer (reduce-scatter), divides only
+        that block, and the blocks are gathered back to every rank: the same
+        traffic as an allreduce's large-message algorithm, a division over
+        ``1/size`` of the buffer instead of all of it, and every rank receives
+        the same bits. Measured faster than MPICH's own ``Allreduce`` of the
+        buffer (docs/performance.md).
+        """
+        counts, displacements = _blocks(packed.size, w.size)
+        mine = self._buffer(packed.dtype, counts[w.rank], reuse)
+        w.wait(w.comm.Ireduce_scatter(packed, mine, counts, op=w.MPI.SUM), what)
+        _divide(mine, w.size)
+        w.wait(w.comm.Iallgatherv(mine, [total, (counts, displacements)]), what + " (gather)")
 
     def _gather_sparse(self, name: str, grad: IndexedSlices, w: World) -> IndexedSlices:
         values = allgather(grad.values, name=f"gradient rows of {name!r}", world_=w)
@@ -236,6 +277,21 @@ class DistributedOptimizer:
         return IndexedSlices(
             like(host_values, grad.values), like(host_indices, grad.indices), grad.dense_shape
         )
+
+
+def _blocks(size: int, parts: int) -> tuple[list[int], list[int]]:
+    """Counts and offsets of ``parts`` contiguous blocks covering ``size`` elements."""
+    base, extra = divmod(size, parts)
+    counts = [base + (1 if i < extra else 0) for i in range(parts)]
+    offsets = [0] * parts
+    for i in range(1, parts):
+        offsets[i] = offsets[i - 1] + counts[i - 1]
+    return counts, offsets
+
+
+def _divide(values: np.ndarray[Any, Any], ranks: int) -> None:
+    """``values`` (a sum over ``ranks``) divided in place by their number."""
+    values /= values.dtype.type(ranks) if values.dtype.kind in "fc" else ranks
 
 
 def _layout_entry(name: str, grad: Any) -> tuple[Any, ...]:

@@ -65,6 +65,24 @@ fp16 = monitored_mpi.DistributedOptimizer(
     monitored.train.GradientDescentOptimizer(1.0), compression="fp16"
 ).reduce_gradients([(np.full(2, 0.5 * (RANK + 1)), "x")])
 
+# Large enough to go by reduce-scatter (1 MiB and more), in three gradients of two
+# dtypes whose packed sizes do not divide by the number of ranks; reused buffers.
+big = {
+    "a": np.arange(200_001, dtype=np.float32) * (RANK + 1),
+    "b": np.full((300, 401), RANK + 1.0),
+    "c": np.full(70_003, RANK + 1.0, np.float32),
+}
+for _ in range(2):
+    averaged = opt.reduce_gradients(big, reuse_buffers=True)
+mean_factor = (SIZE + 1) / 2  # the mean of 1, 2, ..., SIZE
+large = {
+    "a": bool(np.array_equal(averaged["a"], np.arange(200_001, dtype=np.float32) * mean_factor)),
+    "b": bool(np.array_equal(averaged["b"], np.full((300, 401), mean_factor))),
+    "c": bool(np.array_equal(averaged["c"], np.full(70_003, mean_factor, np.float32))),
+    "dtypes": [averaged[k].dtype.str for k in "abc"],
+    "digest": float(averaged["a"].sum(dtype=np.float64) + averaged["b"].sum()),
+}
+
 result = {
     "allreduce_mean": monitored_mpi.allreduce(np.array([RANK, 1.0])).tolist(),
     "allreduce_max": monitored_mpi.allreduce(np.array([RANK]), "max").tolist(),
@@ -75,6 +93,7 @@ result = {
     "w": state["w"].tolist(),
     "e": state["e"].tolist(),
     "fp16": [fp16[0][0].tolist(), fp16[0][0].dtype.str],
+    "large": large,
     "spec": monitored_mpi.world() is not None,
     "refusals": refusals,
 }
