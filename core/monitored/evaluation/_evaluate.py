@@ -16,13 +16,16 @@ from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, final
 
+import numpy as np
+
 from .._core._basic_hooks import FinalOpsHook
+from .._core._cluster import LocalCluster
 from .._core._config import TrainingConfig
 from .._core._errors import OutOfRangeError, import_plugin
 from .._core._scaffold import Scaffold
 from .._core._session import MonitoredSession
 from .._core._state import TrainState
-from ..metrics import Metric
+from ..metrics import Mean, Metric
 from ._errors import NoCheckpointError, NoMetricUpdatesError
 
 __all__ = [
@@ -194,8 +197,11 @@ async def evaluate_once(
     With ``sharded=True`` each process of a distributed job (``mpiexec`` with
     ``monitored-mpi``) evaluates its own shard of the input and the metrics are
     merged across processes before the results are read, so every process gets
-    the results over all shards (:meth:`~monitored.MonitoredSession.merge_metrics`);
-    the shards must hold the same number of batches. Alone, it changes nothing.
+    the results over all shards (:meth:`~monitored.MonitoredSession.merge_metrics`).
+    Shards may hold different numbers of batches (``monitored.data.shard`` of a
+    set that does not divide evenly): a process whose shard is done steps idle
+    until every shard is, at the cost of one small exchange per step. Alone, it
+    changes nothing.
 
     Raises :class:`NoMetricUpdatesError` when a step updated no metric,
     :class:`NoCheckpointError` when ``checkpoint_dir`` holds no checkpoint,
@@ -252,14 +258,26 @@ async def evaluate_once(
     values: dict[str, float] = {}
     async with session as sess:
         iterator = _batches(input)
+        # Sharded over several processes, shards may differ in length: a process
+        # whose shard is done runs idle steps until every shard is, so that the
+        # processes keep stepping (and agreeing) together and no batch is left out.
+        together = sharded and iterator is not None and not isinstance(sess.cluster, LocalCluster)
+        exhausted = False
         while not sess.should_stop():
             before = sum(metric.updates for metric in metrics.values())
             try:
                 if iterator is None:
                     await sess.run(eval_fn, metrics=metrics)
                 else:
-                    batch = await iterator.next()
-                    if batch is _END:
+                    batch = _END if exhausted else await iterator.next()
+                    exhausted = batch is _END
+                    if together:
+                        if not _any_process_has_input(sess, not exhausted):
+                            break
+                        if exhausted:
+                            await sess.run(_idle_step)
+                            continue
+                    if exhausted:
                         break
                     await sess.run(eval_fn, batch, metrics=metrics)
             except (StopIteration, StopAsyncIteration, OutOfRangeError):
@@ -290,6 +308,22 @@ async def evaluate_once(
         checkpoint_path=path,
         final_ops_values=final.final_ops_values if final is not None else None,
     )
+
+
+def _any_process_has_input(session: MonitoredSession, has_input: bool) -> bool:
+    """Whether any process of the session's cluster still has a batch to evaluate.
+
+    Counted exactly through the cluster's metric merge (one count per process).
+    """
+    count = Mean(name="processes with input")
+    if has_input:
+        count.update(np.ones(1))
+    session.merge_metrics([count])
+    return count.updates > 0
+
+
+def _idle_step(state: TrainState) -> None:
+    """The step of a process whose shard is done while others evaluate theirs."""
 
 
 #: What :meth:`_Batches.next` returns at the end of the input.

@@ -202,20 +202,27 @@ def test_the_distributed_example_learns_on_two_ranks(run_mpi: Any) -> None:
 
 
 @pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("batches", [12, 13])
 def test_a_sharded_evaluation_gives_every_rank_the_results_over_all_shards(
-    run_mpi: Any, n: int
+    run_mpi: Any, n: int, batches: int
 ) -> None:
-    proc, results = run_mpi(n, "evaluate.py")
+    # 13 batches make uneven shards: the ranks whose shard is done step idle until
+    # every shard is, and no batch is left out of the merged results.
+    proc, results = run_mpi(n, "evaluate.py", env={"NUM_BATCHES": str(batches)})
     _ok(proc)
-    values = np.arange(48.0)  # the 12 batches of 4, all ranks together
+    values = np.arange(4.0 * batches)  # the batches of 4, all ranks together
+    count = 2.0 * batches  # even values
+    assert sorted(r["shard"] for r in results.values()) == sorted(
+        len(range(rank, batches, n)) for rank in range(n)
+    )
     for result in results.values():
-        assert result["shard"] == 12 // n
         # Evaluated after steps 1 and 3 (w = 2 and 4), and alone on the final w = 4.
         assert result["in_training"] == [
-            [1, {"mean": pytest.approx(2 * values.mean()), "count": 24.0}],
-            [3, {"mean": pytest.approx(4 * values.mean()), "count": 24.0}],
+            [1, {"mean": pytest.approx(2 * values.mean()), "count": count}],
+            [3, {"mean": pytest.approx(4 * values.mean()), "count": count}],
         ]
-        assert result["alone"] == {"mean": pytest.approx(4 * values.mean()), "count": 24.0}
+        assert result["alone"] == {"mean": pytest.approx(4 * values.mean()), "count": count}
+        assert result["steps"] == -(-batches // n), "every rank steps as long as the longest"
     assert (
         len({json.dumps(r["in_training"]) + json.dumps(r["alone"]) for r in results.values()}) == 1
     )

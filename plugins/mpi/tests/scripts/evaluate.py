@@ -1,6 +1,7 @@
 """A sharded evaluation under ``mpiexec``: each rank evaluates its own shard.
 
-``python evaluate.py OUT_DIR``: 12 batches split evenly over the ranks; an
+``python evaluate.py OUT_DIR``: ``NUM_BATCHES`` (default 12) batches sharded over
+the ranks with ``monitored.data.shard`` (evenly or not); an
 ``EvaluationHook(sharded=True)`` inside training and a standalone
 ``evaluate_once(sharded=True)`` merge the metrics, so every rank reports the
 results over the whole set. Writes ``OUT_DIR/rank<N>.json``.
@@ -9,6 +10,7 @@ results over the whole set. Writes ``OUT_DIR/rank<N>.json``.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -17,13 +19,16 @@ import numpy as np
 
 import monitored
 import monitored_mpi
+from monitored import data
 from monitored import metrics as m
 from monitored.evaluation import EvaluationHook, evaluate_once
 
 OUT = Path(sys.argv[1])
 RANK, SIZE = monitored_mpi.rank(), monitored_mpi.size()
-BATCHES = [np.arange(4.0) + 4 * i for i in range(12)]
-SHARD = BATCHES[RANK::SIZE]  # 12 batches: the same number on 2 or 3 ranks
+NUM_BATCHES = int(os.environ.get("NUM_BATCHES", "12"))
+BATCHES = [np.arange(4.0) + 4 * i for i in range(NUM_BATCHES)]
+# 12 batches: the same number on 2 or 3 ranks; 13: shards of 7 and 6, or 5, 4 and 4.
+SHARD = data.shard(BATCHES, SIZE, RANK)
 
 
 def train_step(state: monitored.TrainState) -> None:
@@ -55,6 +60,7 @@ async def main() -> None:
         "in_training": [(r.global_step, r.metrics) for r in hook.results],
         "alone": alone.metrics,
         "shard": len(SHARD),
+        "steps": alone.steps,
     }
     (OUT / f"rank{RANK}.json").write_text(json.dumps(result))
 
