@@ -55,12 +55,15 @@ async def test_evaluates_a_given_state_until_the_input_ends(caplog: Any) -> None
 
 
 class _OtherHalf:
-    """A cluster of two whose other process evaluated a shard with the mean at 10."""
+    """A cluster of two whose other process evaluates a shard of 3 batches (one more
+    than ``DATA``) with the mean at 10."""
 
     is_chief = True
+    other_batches = 3
 
     def __init__(self) -> None:
         self.merged: list[list[str]] = []
+        self.asked_for_input = 0
 
     def agree_to_stop(self, local: bool) -> bool:
         return local
@@ -73,6 +76,12 @@ class _OtherHalf:
 
     def merge_metrics(self, metrics: Any) -> None:
         self.merged.append([metric.name for metric in metrics])
+        if [metric.name for metric in metrics] == ["processes with input"]:
+            # Before each eval step: does the other process still have a batch?
+            self.asked_for_input += 1
+            if self.asked_for_input <= self.other_batches:
+                metrics[0].update(np.ones(1))
+            return
         for metric in metrics:
             if isinstance(metric, m.Mean):
                 other = m.Mean()
@@ -93,10 +102,14 @@ async def test_a_sharded_evaluation_merges_the_metrics_through_the_cluster(
     state = monitored.TrainState({"w": np.array([2.0])})
     result = await evaluate_once(eval_step, _metrics(), input=DATA, state=state, sharded=sharded)
     if sharded:
-        assert cluster.merged == [["mean_squared_error", "mean"]]
+        # This shard's 2 batches, one idle step while the other evaluates its third,
+        # a fourth question that finds no input anywhere, then the merge.
+        assert cluster.merged == [["processes with input"]] * 4 + [["mean_squared_error", "mean"]]
+        assert result.steps == 3
         assert result.metrics["mean_pred"] == pytest.approx((2 + 4 + 6 + 3 * 10) / 6)
     else:
         assert cluster.merged == []
+        assert result.steps == 2
         assert result.metrics["mean_pred"] == 4.0
 
 
