@@ -106,10 +106,10 @@ async def test_a_failure_is_handed_to_the_cluster() -> None:
 async def test_an_end_of_input_meets_the_others_stop_decision() -> None:
     votes: list[bool] = []
     cluster = _Voting(is_chief=True)
-    cluster.agree_to_stop = lambda local: votes.append(local) or True  # type: ignore[method-assign]
+    cluster.agree_to_stop = lambda local: votes.append(local) or local  # type: ignore[method-assign]
     async with monitored.MonitoredSession(monitored.TrainState(), cluster=cluster) as sess:
         raise monitored.OutOfRangeError("done")
-    assert votes == [True]
+    assert votes == [False, True]  # once created (nothing to stop yet), then at the close
     assert sess.state.global_step == 0
 
 

@@ -865,7 +865,8 @@ async def test_with_other_processes_the_last_batchs_step_votes_to_stop(source: s
         while not sess.should_stop():
             await sess.run(_count)
     assert sess.state.global_step == 5
-    assert cluster.votes == [(1, False), (2, False), (3, False), (4, False), (5, True)]
+    # One vote once the session is created, then one at the end of each step.
+    assert cluster.votes == [(0, False), (1, False), (2, False), (3, False), (4, False), (5, True)]
 
 
 async def test_with_other_processes_a_skipped_tail_is_the_end_too() -> None:
@@ -902,7 +903,7 @@ async def test_with_other_processes_a_producer_error_is_still_raised_by_the_next
         async with monitored.MonitoredSession(hooks=[pipeline], cluster=cluster) as sess:
             while not sess.should_stop():
                 await sess.run(_count)
-    assert cluster.votes == [(1, False), (2, False)]
+    assert cluster.votes == [(0, False), (1, False), (2, False)]
 
 
 async def test_async_for_ends_when_every_process_agreed_to_stop() -> None:
@@ -974,3 +975,60 @@ async def test_a_worker_refuses_a_chiefs_pipeline_configured_otherwise() -> None
     with pytest.raises(data.ResumeMismatchError, match="the chief's pipeline of the same name"):
         async with monitored.MonitoredSession(hooks=[pipeline], cluster=cluster):
             pass
+
+
+@pytest.mark.parametrize("start", ["empty", "resumed_at_the_end"])
+async def test_with_other_processes_nothing_left_to_read_stops_before_the_first_step(
+    start: str,
+) -> None:
+    # A job restarted at the end of its input, or a rank with an empty shard: the
+    # processes agree to stop before any of them enters a step.
+    pipeline = data.prefetch(batches(0 if start == "empty" else 4), feed="batch")
+    if start == "resumed_at_the_end":
+        pipeline.load_plugin_state({**pipeline.plugin_state(), "next": 4})
+    cluster = _TwoProcesses()
+    async with monitored.MonitoredSession(hooks=[pipeline], cluster=cluster) as sess:
+        assert sess.should_stop()
+        while not sess.should_stop():
+            await sess.run(_count)  # pragma: no cover - never runs
+    assert cluster.votes == [(0, True)]
+    assert sess.state.global_step == 0
+
+
+async def test_with_other_processes_no_look_ahead_once_a_stop_is_requested() -> None:
+    # A stream the loop would feed after the step: looking for its next batch once
+    # StopAtStepHook has asked to stop would wait forever.
+    send, receive = anyio.create_memory_object_stream[np.ndarray](10)
+    with send, receive:
+        for b in batches(2):
+            send.send_nowait(b)
+        pipeline = data.prefetch(receive, feed="batch")
+        cluster = _TwoProcesses()
+        hooks = [pipeline, monitored.StopAtStepHook(last_step=2)]
+        with anyio.fail_after(10):
+            async with monitored.MonitoredSession(hooks=hooks, cluster=cluster) as sess:
+                while not sess.should_stop():
+                    await sess.run(_count)
+    assert sess.state.global_step == 2
+
+
+async def test_look_ahead_false_leaves_the_end_of_input_to_the_next_step() -> None:
+    pipeline = data.prefetch(batches(2), feed="batch")
+    pipeline.look_ahead = False
+    cluster = _TwoProcesses()
+    async with monitored.MonitoredSession(hooks=[pipeline], cluster=cluster) as sess:
+        while not sess.should_stop():
+            await sess.run(_count)
+    # Steps 1 and 2 vote to go on; step 3 finds no batch (OutOfRangeError, a normal
+    # end) and the close votes to stop.
+    assert cluster.votes == [(0, False), (1, False), (2, False), (2, True)]
+
+
+async def test_a_pipeline_used_on_its_own_after_its_session_reads_on() -> None:
+    pipeline = data.prefetch(batches(5), feed=False)
+    hooks = [pipeline, monitored.StopAtStepHook(last_step=2)]
+    async with monitored.MonitoredSession(hooks=hooks) as sess:
+        async for batch in pipeline:
+            await sess.run(_count, batch)
+    async with pipeline:
+        assert [int(b[0]) async for b in pipeline] == [2, 3, 4]

@@ -99,13 +99,38 @@ async def test_a_sharded_evaluation_merges_the_metrics_through_the_cluster(
         self._cluster = cluster
 
     monkeypatch.setattr(monitored.MonitoredSession, "_find_cluster", supply)
+    votes: list[bool] = []
+    cluster.agree_to_stop = lambda local: votes.append(local) or local  # type: ignore[method-assign]
+
+    class FetchesEachStep:
+        """An eval hook fetching a value only real eval steps make."""
+
+        def __init__(self) -> None:
+            self.seen: list[float] = []
+
+        def before_run(self, run_context: Any) -> monitored.SessionRunArgs:
+            return monitored.SessionRunArgs("mse_now")
+
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            self.seen.append(float(run_values.results))
+
+    def step_with_output(state: monitored.TrainState, batch: Any, metrics: Any) -> Any:
+        eval_step(state, batch, metrics)
+        return {"mse_now": metrics["mse"].result()}
+
+    fetching = FetchesEachStep()
     state = monitored.TrainState({"w": np.array([2.0])})
-    result = await evaluate_once(eval_step, _metrics(), input=DATA, state=state, sharded=sharded)
+    result = await evaluate_once(
+        step_with_output, _metrics(), input=DATA, state=state, sharded=sharded, hooks=[fetching]
+    )
+    assert fetching.seen == [0.0, 0.0], "hooks run on this process's own steps only"
     if sharded:
-        # This shard's 2 batches, one idle step while the other evaluates its third,
-        # a fourth question that finds no input anywhere, then the merge.
+        # This shard's 2 batches; while the other process evaluates its third, this
+        # one only votes in that step's agreement (no step, no hooks); a fourth
+        # question finds no input anywhere; then the merge.
         assert cluster.merged == [["processes with input"]] * 4 + [["mean_squared_error", "mean"]]
-        assert result.steps == 3
+        assert votes == [False, False, False, False, True]  # creation, 3 steps, close
+        assert result.steps == 2
         assert result.metrics["mean_pred"] == pytest.approx((2 + 4 + 6 + 3 * 10) / 6)
     else:
         assert cluster.merged == []

@@ -476,6 +476,14 @@ class MonitoredSession:
             self._state.finalize()
             await self.call_hook("after_create_session", self, self._coord)
             await self._run_deferred()
+            # A process may have nothing to do before the first step (its input
+            # already read to the end): every process agrees on that first, so that
+            # none enters a step another never runs.
+            if not isinstance(self._cluster, LocalCluster) and self._cluster.agree_to_stop(
+                self._coord._stopped
+            ):
+                self._should_stop = self._stop_agreed = True
+                _log_stop(None, self._coord, self._state.global_step)
         finally:
             self._deferred.clear()
             self._busy = False
@@ -568,6 +576,18 @@ class MonitoredSession:
             # requested since then is agreed on at the end of the next step.
             return False
         return self._coord._stopped and not self._recovery_pending()
+
+    def _sit_out_step(self) -> None:
+        """Take part in a step's stop agreement without running the step or its hooks.
+
+        For a process of a job that has nothing to do in a step the others run
+        (a sharded evaluation whose shard is done): the others' agreement at the
+        end of that step needs this process's vote.
+        """
+        self._check_can_run()
+        if self._cluster.agree_to_stop(self._coord._stopped and not self._recovery_pending()):
+            self._should_stop = self._stop_agreed = True
+            _log_stop(None, self._coord, self._state.global_step)
 
     def _check_awaited(self) -> None:
         """Raise if the last ``run`` was never awaited (its coroutine never started)."""

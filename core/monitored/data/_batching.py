@@ -271,9 +271,15 @@ def _examples(tensors: Any, enqueue_many: bool, label: str) -> _Examples | Itera
     arrays = bool(leaves) and all(is_array(leaf) for _, leaf in leaves)
     if enqueue_many:
         if not arrays:
+            hint = (
+                "; data.shard splits a list by item (its batches): to shard arrays by rows, "
+                "shard a tuple, data.shard((x, y), num_shards, index)"
+                if type(tensors).__name__ == "_ShardView"
+                else ""
+            )
             raise TypeError(
                 f"{label}: with enqueue_many=True, tensors must be an array or a tuple/list/"
-                "dict of arrays whose first axis indexes examples"
+                f"dict of arrays whose first axis indexes examples{hint}"
             )
         sizes = {path: leaf.shape[0] if leaf.ndim else None for path, leaf in leaves}
         size = next(iter(sizes.values()))

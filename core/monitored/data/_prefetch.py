@@ -33,15 +33,7 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import (
-    AsyncIterable,
-    AsyncIterator,
-    Callable,
-    Coroutine,
-    Iterable,
-    Iterator,
-    Mapping,
-)
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, final
 
 import anyio
@@ -85,7 +77,18 @@ class Pipeline:
     session: the session starts its producers when it is created, saves its
     position with every checkpoint and stops them when it closes. Outside a
     session, ``async with pipeline:`` starts and stops them.
+
+    In a job of several processes (a ``cluster`` plugin such as
+    ``monitored-mpi``), the pipeline looks for its next batch when the session
+    is created and at the end of every step, and votes to stop when there is
+    none, so that every process stops after the same step. Set
+    :attr:`look_ahead` to ``False`` for a source whose next batch only comes
+    once the step has returned (one the training loop itself feeds): the
+    end of its input on one process then leaves the others waiting.
     """
+
+    #: Look for the next batch before each step is over (with several processes only).
+    look_ahead: bool = True
 
     #: Version of the layout returned by ``plugin_state``.
     plugin_state_version = 1
@@ -178,10 +181,10 @@ class Pipeline:
         self._spawn: Spawn | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._consumed_by_iteration = False
-        #: The session this pipeline is a hook of, and whether it trains with other
-        #: processes (then each step ends by looking for the next batch).
+        #: The session this pipeline is a hook of, and whether that session trains
+        #: with other processes.
         self._session: MonitoredSession | None = None
-        self._look_ahead = False
+        self._distributed = False
 
     # -- the position ----------------------------------------------------------------------
     @property
@@ -248,7 +251,7 @@ class Pipeline:
         # In a job of several processes a worker receives the chief's position (every
         # process has consumed as many batches); the size of the chief's shard is not
         # this process's, so only the rest of the configuration must agree.
-        shared = self._look_ahead and self._session is not None and not self._session.is_chief
+        shared = self._distributed and self._session is not None and not self._session.is_chief
         ignored = _SHARD_SIZE_KEYS if shared else ()
         keys = sorted((set(saved_config) | set(self._config)) - set(ignored))
         diffs = [
@@ -324,37 +327,48 @@ class Pipeline:
     def begin(self, session: MonitoredSession) -> None:
         """Note the session, and whether it trains with other processes."""
         self._session = session
-        self._look_ahead = not isinstance(session.cluster, LocalCluster)
+        self._distributed = not isinstance(session.cluster, LocalCluster)
 
     async def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
-        """Start the producers at the (restored) position."""
+        """Start the producers at the (restored) position.
+
+        With other processes, an input with nothing left to read (a run resumed
+        at its end, an empty shard) asks for a stop before the first step:
+        every process agrees on it before any of them enters a step.
+        """
         if self._grace is None:
             self._grace = float(getattr(session, "_stop_grace_period_secs", _DEFAULT_GRACE_SECS))
         self._spawn = coord.start_soon
         self._start()
+        if self._distributed and self.look_ahead and not await self._has_next():
+            coord.request_stop()
 
-    def after_run(
-        self, run_context: SessionRunContext, run_values: SessionRunValues
-    ) -> Coroutine[Any, Any, None] | None:
+    def end(self, session: MonitoredSession) -> None:
+        """Forget the session: iterating the pipeline later is no longer its loop."""
+        self._session = None
+
+    def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
         """With other processes, stop after this step when no batch follows it.
 
         Alone, the end of the input is the next step's ``OutOfRangeError``, as
         in TF1. In a job of several processes that would come too late: the
         others would already be inside the next step, waiting in its
         collectives for this one. Known now, it is one more reason to stop that
-        every process agrees on at the end of this step.
+        every process agrees on at the end of this step. Looked at once every
+        hook's ``after_run`` has run (a rollback may have moved the input back),
+        and not when a stop is already requested.
         """
-        if not self._look_ahead:
-            return None
-        return self._stop_if_exhausted(run_context)
+        if self._distributed and self.look_ahead:
+            run_context.session.call_after_hooks(lambda: self._stop_if_exhausted(run_context))
 
     async def _stop_if_exhausted(self, run_context: SessionRunContext) -> None:
-        if not await self._has_next():
+        if not run_context.stop_requested and not await self._has_next():
             run_context.request_stop()
 
     async def __aenter__(self) -> Pipeline:
         if self._task_group is not None:
             raise RuntimeError(f"input pipeline {self.name!r} is already running")
+        self._session, self._distributed = None, False  # on its own now, whatever it was
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
         self._spawn = self._task_group.start_soon

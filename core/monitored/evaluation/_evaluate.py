@@ -199,8 +199,11 @@ async def evaluate_once(
     merged across processes before the results are read, so every process gets
     the results over all shards (:meth:`~monitored.MonitoredSession.merge_metrics`).
     Shards may hold different numbers of batches (``monitored.data.shard`` of a
-    set that does not divide evenly): a process whose shard is done steps idle
-    until every shard is, at the cost of one small exchange per step. Alone, it
+    set that does not divide evenly): before each step the processes count how
+    many still have a batch (a metric merge: two small collectives), and a
+    process whose shard is done takes part only in each step's stop agreement
+    (no step, no hooks, not counted in ``steps``) until every shard is. An eval
+    step that calls collectives itself cannot take uneven shards. Alone, it
     changes nothing.
 
     Raises :class:`NoMetricUpdatesError` when a step updated no metric,
@@ -275,7 +278,7 @@ async def evaluate_once(
                         if not _any_process_has_input(sess, not exhausted):
                             break
                         if exhausted:
-                            await sess.run(_idle_step)
+                            sess._sit_out_step()  # no step, no hooks: only the agreement
                             continue
                     if exhausted:
                         break
@@ -320,10 +323,6 @@ def _any_process_has_input(session: MonitoredSession, has_input: bool) -> bool:
         count.update(np.ones(1))
     session.merge_metrics([count])
     return count.updates > 0
-
-
-def _idle_step(state: TrainState) -> None:
-    """The step of a process whose shard is done while others evaluate theirs."""
 
 
 #: What :meth:`_Batches.next` returns at the end of the input.

@@ -2,7 +2,7 @@
 
 ``mpiexec -n 4 python train.py``: rank 0 is the chief, the chief's initialized
 or restored state is broadcast to every rank, ``DistributedOptimizer`` averages
-the gradients in one fused allreduce per step, and every stop decision is
+the gradients in one fused reduction per step, and every stop decision is
 agreed on by all ranks, so they all stop after the same step. Alone, the
 plugin does nothing.
 """

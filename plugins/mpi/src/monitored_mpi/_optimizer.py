@@ -35,7 +35,7 @@ from ._host import host as host_of
 from ._host import like
 from ._world import World, world
 
-__all__ = ["SCATTER_BYTES", "DistributedOptimizer"]
+__all__ = ["DistributedOptimizer"]
 
 #: Packed gradients of at least this many bytes are averaged by reduce-scatter,
 #: division of each rank's block, allgather; smaller ones by one allreduce and a
@@ -80,9 +80,9 @@ class DistributedOptimizer:
         self._optimizer = optimizer
         self._compression = compression
         self._world = world_
-        #: Receive buffers by (dtype, size), reused from step to step by apply_gradients
+        #: Receive buffers by (role, dtype, size), reused from step to step by apply_gradients
         #: (a fresh 40 MB buffer per step costs its page faults every step).
-        self._buffers: dict[tuple[str, int], np.ndarray[Any, Any]] = {}
+        self._buffers: dict[tuple[str, str, int], np.ndarray[Any, Any]] = {}
         #: The layout of the last call's gradients, its text and that text's signature.
         self._layout: tuple[tuple[Any, ...], ...] | None = None
         self._layout_text = ""
@@ -208,14 +208,13 @@ class DistributedOptimizer:
         flat = [h.reshape(-1).astype(wire, copy=False) for h in hosts]
         packed = flat[0] if len(flat) == 1 else np.concatenate(flat)
         names = [name for name, _ in group]
-        what = f"allreduce of the gradients of {names[:3]}{'...' if len(names) > 3 else ''}"
+        what = f"averaging the gradients of {names[:3]}{'...' if len(names) > 3 else ''}"
         if wire == np.float16 and self._compression == "fp16":
             gathered = np.empty((w.size, packed.size), dtype=np.float16)
             w.wait(w.comm.Iallgather(packed, gathered), what + " (fp16)")
             total = gathered[0].astype(np.float32)
             for row in gathered[1:]:
                 total += row
-            averaged = False
             averaged = False
         else:
             total = self._buffer(packed.dtype, packed.size, reuse)
@@ -235,9 +234,15 @@ class DistributedOptimizer:
             out[name] = like(part, grad)
         return out
 
-    def _buffer(self, dtype: np.dtype[Any], size: int, reuse: bool) -> np.ndarray[Any, Any]:
-        """An uninitialized array, kept for the next call when ``reuse``."""
-        key = (dtype.str, size)
+    def _buffer(
+        self, dtype: np.dtype[Any], size: int, reuse: bool, role: str = "sum"
+    ) -> np.ndarray[Any, Any]:
+        """An uninitialized array, kept for the next call when ``reuse``.
+
+        ``role`` keeps apart buffers of the same dtype and size used in one
+        call (with one rank, its block is the whole sum: MPI refuses aliases).
+        """
+        key = (role, dtype.str, size)
         buffer = self._buffers.get(key) if reuse else None
         if buffer is None:
             buffer = np.empty(size, dtype=dtype)
@@ -263,10 +268,12 @@ class DistributedOptimizer:
         buffer (docs/performance.md).
         """
         counts, displacements = _blocks(packed.size, w.size)
-        mine = self._buffer(packed.dtype, counts[w.rank], reuse)
-        w.wait(w.comm.Ireduce_scatter(packed, mine, counts, op=w.MPI.SUM), what)
+        mine = self._buffer(packed.dtype, counts[w.rank], reuse, role="block")
+        w.wait(
+            w.comm.Ireduce_scatter(packed, mine, counts, op=w.MPI.SUM), what + " (reduce-scatter)"
+        )
         _divide(mine, w.size)
-        w.wait(w.comm.Iallgatherv(mine, [total, (counts, displacements)]), what + " (gather)")
+        w.wait(w.comm.Iallgatherv(mine, [total, (counts, displacements)]), what + " (allgather)")
 
     def _gather_sparse(self, name: str, grad: IndexedSlices, w: World) -> IndexedSlices:
         values = allgather(grad.values, name=f"gradient rows of {name!r}", world_=w)

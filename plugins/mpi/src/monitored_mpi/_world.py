@@ -37,6 +37,8 @@ _SPIN_SECS: Final = 0.002
 _YIELD_SECS: Final = 1.0
 _FIRST_SLEEP: Final = 20e-6
 _LONGEST_SLEEP: Final = 0.001
+#: How long a failing rank leaves the launcher to forward its report before the abort.
+_ABORT_DRAIN_SECS: Final = 0.5
 
 
 def launched_by_mpi() -> bool:
@@ -115,7 +117,13 @@ class World:
             sleep = min(sleep * 2, _LONGEST_SLEEP)
 
     def abort(self, code: int = 1) -> None:
-        """End every rank of the job now (MPI_Abort): the launcher kills them all."""
+        """End every rank of the job (MPI_Abort): the launcher kills them all.
+
+        Waits a moment first: what this rank just wrote to stderr (why it fails)
+        is still in the pipe to the launcher, which stops forwarding once it
+        tears the job down (seen losing the whole report about 1 run in 8).
+        """
+        time.sleep(_ABORT_DRAIN_SECS)
         self.comm.Abort(code)
 
 

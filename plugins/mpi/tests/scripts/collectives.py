@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from mpi4py import MPI
 
 import monitored
 import monitored_mpi
@@ -75,7 +76,15 @@ big = {
 for _ in range(2):
     averaged = opt.reduce_gradients(big, reuse_buffers=True)
 mean_factor = (SIZE + 1) / 2  # the mean of 1, 2, ..., SIZE
+# A world of one rank (COMM_SELF): its block is the whole sum, in buffers of its own.
+alone = monitored_mpi.DistributedOptimizer(
+    monitored.train.GradientDescentOptimizer(1.0),
+    world_=monitored_mpi.World(MPI.COMM_SELF, MPI),
+)
+for _ in range(2):
+    self_averaged = alone.reduce_gradients({"a": big["a"]}, reuse_buffers=True)
 large = {
+    "self_world": bool(np.array_equal(self_averaged["a"], big["a"])),
     "a": bool(np.array_equal(averaged["a"], np.arange(200_001, dtype=np.float32) * mean_factor)),
     "b": bool(np.array_equal(averaged["b"], np.full((300, 401), mean_factor))),
     "c": bool(np.array_equal(averaged["c"], np.full(70_003, mean_factor, np.float32))),
