@@ -107,6 +107,14 @@ def test_a_hostile_encoded_rng_state_is_refused_before_allocating(
         decode_rng_state({"bit_generator": "Philox", "state": {"key": [array]}})
 
 
+def test_a_boolean_in_an_encoded_rng_state_is_refused() -> None:
+    # NumPy would take `false` for the state 0 (found by the checkpoint fuzzer).
+    state = TrainState(seed=1).rng_state
+    state["state"]["state"] = False
+    with pytest.raises(ValueError, match="holds the boolean False where integers belong"):
+        decode_rng_state(encode_rng_state(state))
+
+
 # -- the trainable marker (issue 17, gap 7) ---------------------------------------------------
 
 

@@ -972,7 +972,10 @@ async def test_a_worker_refuses_a_chiefs_pipeline_configured_otherwise() -> None
     pipeline = data.prefetch(batches(4), feed="batch", num_epochs=1)
     cluster = _Worker({pipeline.plugin_name: {"version": 1, "state": chiefs.plugin_state()}})
     cluster.fail = lambda failure: None  # type: ignore[method-assign]
-    with pytest.raises(data.ResumeMismatchError, match="the chief's pipeline of the same name"):
+    with pytest.raises(
+        data.ResumeMismatchError,
+        match="the chief's pipeline of this name has another configuration: num_epochs=2",
+    ):
         async with monitored.MonitoredSession(hooks=[pipeline], cluster=cluster):
             pass
 

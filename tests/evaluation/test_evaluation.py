@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import monitored
+from monitored import data
 from monitored import metrics as m
 from monitored.evaluation import (
     EvaluationFailedError,
@@ -389,3 +390,25 @@ async def test_in_training_evaluation_summaries_go_to_the_training_eval_dir(
         while not sess.should_stop():
             await sess.run(train_step)
     assert written == [(str(tmp_path / "eval"), 1)]
+
+
+async def test_a_sharded_evaluation_reads_its_whole_shard_from_a_pipeline_in_its_hooks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An input pipeline alone in a job would stop every process at the end of the
+    # shortest shard; in a sharded evaluation the evaluation decides instead, so the
+    # other process's extra batch is waited for and nothing is left out.
+    cluster = _OtherHalf()
+
+    async def supply(self: Any, available: Any) -> None:
+        self._cluster = cluster
+
+    monkeypatch.setattr(monitored.MonitoredSession, "_find_cluster", supply)
+    pipeline = data.prefetch(DATA, name="eval")
+    state = monitored.TrainState({"w": np.array([2.0])})
+    result = await evaluate_once(
+        eval_step, _metrics(), input=pipeline, hooks=[pipeline], state=state, sharded=True
+    )
+    assert result.steps == 2
+    assert cluster.merged == [["processes with input"]] * 4 + [["mean_squared_error", "mean"]]
+    assert result.metrics["mean_pred"] == pytest.approx((2 + 4 + 6 + 3 * 10) / 6)

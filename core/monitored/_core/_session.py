@@ -123,6 +123,11 @@ class MonitoredSession:
     #: session leaves out early stopping, NaN guards, progress and checkpoint saving).
     _loads_training_only_plugins = True
 
+    #: Whether input pipelines among its hooks look for their next batch so that
+    #: every process stops together (``monitored.data.Pipeline``); off where the
+    #: loop decides where each process's input ends (a sharded evaluation).
+    _pipelines_look_ahead: bool = True
+
     def __init__(
         self,
         state: TrainState | None = None,
@@ -483,7 +488,7 @@ class MonitoredSession:
                 self._coord._stopped
             ):
                 self._should_stop = self._stop_agreed = True
-                _log_stop(None, self._coord, self._state.global_step)
+                self._log_stop(None)
         finally:
             self._deferred.clear()
             self._busy = False
@@ -577,6 +582,14 @@ class MonitoredSession:
             return False
         return self._coord._stopped and not self._recovery_pending()
 
+    def _log_stop(self, requested_by: str | None) -> None:
+        """Log who asked for the stop the processes agreed on."""
+        who = requested_by or self._coord.stop_requested_by
+        if who is None:
+            alone = isinstance(self._cluster, LocalCluster)
+            who = "an earlier stop request" if alone else "another process of the job"
+        log.info("Stopping after step %d: stop requested by %s", self._state.global_step, who)
+
     def _sit_out_step(self) -> None:
         """Take part in a step's stop agreement without running the step or its hooks.
 
@@ -587,7 +600,7 @@ class MonitoredSession:
         self._check_can_run()
         if self._cluster.agree_to_stop(self._coord._stopped and not self._recovery_pending()):
             self._should_stop = self._stop_agreed = True
-            _log_stop(None, self._coord, self._state.global_step)
+            self._log_stop(None)
 
     def _check_awaited(self) -> None:
         """Raise if the last ``run`` was never awaited (its coroutine never started)."""
@@ -685,7 +698,7 @@ class MonitoredSession:
                 if self._cluster.agree_to_stop(True):
                     self._should_stop = self._stop_agreed = True
                     who = f"step function {_name_of(step_fn)}"
-                    _log_stop(who, self._coord, self.state.global_step)
+                    self._log_stop(who)
                 return None
             except Exception as exc:
                 cause = self._cause(exc)
@@ -790,7 +803,7 @@ class MonitoredSession:
                 context._stop_requested or (self._coord._stopped and not self._recovery_pending())
             ):
                 self._should_stop = self._stop_agreed = True
-                _log_stop(context.stop_requested_by, self._coord, state.global_step)
+                self._log_stop(context.stop_requested_by)
                 if self._fetcher.pending is not None:
                     await self._deliver_late(context)
             return outputs
@@ -876,7 +889,7 @@ class MonitoredSession:
                 context._stop_requested or (self._coord._stopped and not self._recovery_pending())
             ):
                 self._should_stop = self._stop_agreed = True
-                _log_stop(context.stop_requested_by, self._coord, state.global_step)
+                self._log_stop(context.stop_requested_by)
                 if self._fetcher.pending is not None:
                     await self._deliver_late(context)
             return outputs
@@ -1263,11 +1276,6 @@ def _end_of_input(who: str) -> OutOfRangeError:
 def _log_plugins(infos: Iterable[PluginInfo], level: int) -> None:
     installed = [f"{i.name} ({i.distribution} {i.version})" for i in infos if i.distribution]
     log.log(level, "Loaded plugins: %s", ", ".join(installed) if installed else "none installed")
-
-
-def _log_stop(requested_by: str | None, coord: Coordinator, step: int) -> None:
-    who = requested_by or coord.stop_requested_by or "an earlier stop request"
-    log.info("Stopping after step %d: stop requested by %s", step, who)
 
 
 def _hook_list(returned: Any, call: HookCall) -> list[object]:

@@ -283,6 +283,9 @@ def decode_rng_state(value: Any) -> Any:
         return {k: decode_rng_state(v) for k, v in value.items()}
     if isinstance(value, list):
         return [decode_rng_state(v) for v in value]
+    if isinstance(value, bool):
+        # No bit generator's state holds one, and NumPy would take it as 0 or 1.
+        raise ValueError(f"an RNG state holds the boolean {value!r} where integers belong")
     return value
 
 

@@ -259,16 +259,18 @@ class Pipeline:
             for k in keys
             if saved_config.get(k, _MISSING) != self._config.get(k, _MISSING)
         ]
-        if diffs:
-            where = (
-                "the chief's pipeline of the same name has"
-                if shared
-                else "the checkpoint was saved with"
-            )
+        if diffs and shared:
             raise ResumeMismatchError(
-                f"input pipeline {self.name!r}: {where} another configuration: "
-                f"{', '.join(diffs)}; resuming would feed other batches. Use the same "
-                "settings, or another pipeline name to start this input afresh"
+                f"input pipeline {self.name!r}: the chief's pipeline of this name has another "
+                f"configuration: {', '.join(diffs)}; every process of the job starts at "
+                "the chief's position, so each must configure its pipeline of this name the "
+                "same way (only the size of its shard may differ)"
+            )
+        if diffs:
+            raise ResumeMismatchError(
+                f"input pipeline {self.name!r}: the checkpoint was saved with another "
+                f"configuration: {', '.join(diffs)}; resuming would feed other batches. Use "
+                "the saved settings, or another pipeline name to start this input afresh"
             )
         if seed is not None:
             self._seed = seed
@@ -329,6 +331,24 @@ class Pipeline:
         self._session = session
         self._distributed = not isinstance(session.cluster, LocalCluster)
 
+    def _looks_ahead(self) -> bool:
+        """Whether this pipeline's end stops every process (see the class docstring).
+
+        Not in a session whose loop decides where each process's input ends (a
+        sharded evaluation over shards of different lengths).
+        """
+        session = self._session
+        return (
+            self._distributed
+            and self.look_ahead
+            and session is not None
+            and session._pipelines_look_ahead
+        )
+
+    @property
+    def _end_of_input(self) -> str:
+        return f"the end of input pipeline {self.name!r}"
+
     async def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
         """Start the producers at the (restored) position.
 
@@ -340,8 +360,9 @@ class Pipeline:
             self._grace = float(getattr(session, "_stop_grace_period_secs", _DEFAULT_GRACE_SECS))
         self._spawn = coord.start_soon
         self._start()
-        if self._distributed and self.look_ahead and not await self._has_next():
+        if self._looks_ahead() and not await self._has_next():
             coord.request_stop()
+            coord.stop_requested_by = self._end_of_input
 
     def end(self, session: MonitoredSession) -> None:
         """Forget the session: iterating the pipeline later is no longer its loop."""
@@ -358,12 +379,13 @@ class Pipeline:
         hook's ``after_run`` has run (a rollback may have moved the input back),
         and not when a stop is already requested.
         """
-        if self._distributed and self.look_ahead:
+        if self._looks_ahead():
             run_context.session.call_after_hooks(lambda: self._stop_if_exhausted(run_context))
 
     async def _stop_if_exhausted(self, run_context: SessionRunContext) -> None:
         if not run_context.stop_requested and not await self._has_next():
             run_context.request_stop()
+            run_context.stop_requested_by = self._end_of_input
 
     async def __aenter__(self) -> Pipeline:
         if self._task_group is not None:

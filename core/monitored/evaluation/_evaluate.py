@@ -258,6 +258,9 @@ async def evaluate_once(
         plugin_options=plugin_options,
         training_config=config,
     )
+    # Sharded, this loop decides where each process's input ends: an input
+    # pipeline among the hooks must not stop every process at the shortest shard.
+    session._pipelines_look_ahead = not (sharded and input is not None)
     values: dict[str, float] = {}
     async with session as sess:
         iterator = _batches(input)
