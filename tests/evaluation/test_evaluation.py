@@ -412,3 +412,20 @@ async def test_a_sharded_evaluation_reads_its_whole_shard_from_a_pipeline_in_its
     assert result.steps == 2
     assert cluster.merged == [["processes with input"]] * 4 + [["mean_squared_error", "mean"]]
     assert result.metrics["mean_pred"] == pytest.approx((2 + 4 + 6 + 3 * 10) / 6)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"shard": True}, TypeError, r"unknown arguments 'shard' \(did you mean 'sharded'\?\)"),
+        ({"input_fn": DATA}, TypeError, "input_fn must be a function .* got list"),
+        ({"metrics": {}}, ValueError, "EvaluationHook needs at least one metric"),
+        ({"metrics": {"m": 1.0}}, TypeError, r"EvaluationHook: metrics\['m'\] is float"),
+    ],
+)
+def test_an_evaluation_hook_checks_its_arguments_when_made_not_at_its_first_evaluation(
+    arguments: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    given: dict[str, Any] = {"metrics": _metrics(), "every_n_steps": 1000, **arguments}
+    with pytest.raises(error, match=message):
+        EvaluationHook(eval_step, **given)

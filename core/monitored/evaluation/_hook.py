@@ -8,15 +8,25 @@ hook): early stopping, progress and summaries see them.
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import os
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 from .._core._markers import hookimpl
 from .._core._timer import SecondOrStepTimer
 from ..metrics import Metric
 from ._errors import EvaluationFailedError
-from ._evaluate import EvaluationResult, evaluate_once
+from ._evaluate import EvaluationResult, check_metrics, evaluate_once
+
+#: What a hook evaluating during training passes on to ``evaluate_once`` (it
+#: gives ``input`` and ``state`` itself).
+_EVALUATE_ONCE_OPTIONS: Final = frozenset(
+    name
+    for name, parameter in inspect.signature(evaluate_once).parameters.items()
+    if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name not in ("input", "state")
+)
 
 if TYPE_CHECKING:
     from .._core._run import SessionRunContext, SessionRunValues
@@ -44,7 +54,29 @@ class TrainingEvaluation:
         metrics: Mapping[str, Metric],
         input_fn: Callable[[], Iterable[Any] | AsyncIterable[Any]] | None,
         kwargs: Mapping[str, Any],
+        owner: str,
     ) -> None:
+        # Checked now: the first evaluation may come hours into training.
+        if not callable(eval_fn):
+            raise TypeError(f"{owner}: eval_fn must be a function, got {type(eval_fn).__name__}")
+        check_metrics(metrics, owner)
+        if input_fn is not None and not callable(input_fn):
+            raise TypeError(
+                f"{owner}: input_fn must be a function returning the eval input (called at "
+                f"each evaluation for a fresh pass), got {type(input_fn).__name__}; write "
+                "input_fn=lambda: batches"
+            )
+        unknown = sorted(set(kwargs) - _EVALUATE_ONCE_OPTIONS)
+        if unknown:
+            hints = [
+                f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
+                for name in unknown
+                for close in [difflib.get_close_matches(name, _EVALUATE_ONCE_OPTIONS, n=1)]
+            ]
+            raise TypeError(
+                f"{owner} got unknown arguments {', '.join(hints)}; it passes on to "
+                f"evaluate_once: {', '.join(sorted(_EVALUATE_ONCE_OPTIONS))}"
+            )
         self.eval_fn = eval_fn
         self.metrics = metrics
         self.input_fn = input_fn
@@ -144,7 +176,7 @@ class EvaluationHook(EvaluatesInTraining):
         at_end: bool = False,
         **kwargs: Any,
     ) -> None:
-        self._evaluation = TrainingEvaluation(eval_fn, metrics, input_fn, kwargs)
+        self._evaluation = TrainingEvaluation(eval_fn, metrics, input_fn, kwargs, "EvaluationHook")
         self._timer = SecondOrStepTimer(every_secs=every_n_secs, every_steps=every_n_steps)
         self.at_end = at_end
 

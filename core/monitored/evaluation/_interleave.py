@@ -71,7 +71,9 @@ class EvaluateNewCheckpoints(EvaluatesInTraining):
         at_end: bool = True,
         **kwargs: Any,
     ) -> None:
-        self._evaluation = TrainingEvaluation(eval_fn, metrics, input_fn, kwargs)
+        self._evaluation = TrainingEvaluation(
+            eval_fn, metrics, input_fn, kwargs, "train_and_evaluate's evaluation"
+        )
         self.min_steps = min_steps
         self.min_secs = min_secs
         self.at_end = at_end

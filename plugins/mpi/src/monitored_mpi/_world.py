@@ -110,8 +110,10 @@ class World:
                 raise CollectiveTimeoutError(
                     f"{what}: rank {self.rank} of {self.size} waited {limit:g}s and not every "
                     "rank joined; a collective called on only some ranks (a step or hook that "
-                    f"runs it on some ranks only), or a rank stuck elsewhere ({TIMEOUT_ENV} "
-                    "sets the limit)"
+                    "runs it on some ranks only), a rank that left its loop early (its input "
+                    "ended outside a monitored.data pipeline: feed it through "
+                    "monitored.data.prefetch, which stops every rank together), or a rank "
+                    f"stuck elsewhere ({TIMEOUT_ENV} sets the limit)"
                 )
             time.sleep(sleep)
             sleep = min(sleep * 2, _LONGEST_SLEEP)
