@@ -66,3 +66,9 @@ def test_bad_shards_are_refused() -> None:
         data.shard(np.arange(4), 2, 2)
     with pytest.raises(ValueError, match="num_shards must be an int >= 1"):
         data.shard(np.arange(4), 0, 0)
+
+
+def test_batching_a_shard_of_a_list_by_rows_says_to_shard_a_tuple() -> None:
+    x, y = np.arange(6), np.arange(6) * 10
+    with pytest.raises(TypeError, match=r"data.shard splits a list by item .* shard a tuple"):
+        data.batch(data.shard([x, y], 2, 0), 2, enqueue_many=True)
