@@ -109,7 +109,7 @@ async def test_an_end_of_input_meets_the_others_stop_decision() -> None:
     cluster.agree_to_stop = lambda local: votes.append(local) or local  # type: ignore[method-assign]
     async with monitored.MonitoredSession(monitored.TrainState(), cluster=cluster) as sess:
         raise monitored.OutOfRangeError("done")
-    assert votes == [False, True]  # once created (nothing to stop yet), then at the close
+    assert votes == [True]
     assert sess.state.global_step == 0
 
 

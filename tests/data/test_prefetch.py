@@ -865,7 +865,7 @@ async def test_with_other_processes_the_last_batchs_step_votes_to_stop(source: s
         while not sess.should_stop():
             await sess.run(_count)
     assert sess.state.global_step == 5
-    # One vote once the session is created, then one at the end of each step.
+    # One vote before the first batch, then one at the end of each step.
     assert cluster.votes == [(0, False), (1, False), (2, False), (3, False), (4, False), (5, True)]
 
 
@@ -981,21 +981,49 @@ async def test_a_worker_refuses_a_chiefs_pipeline_configured_otherwise() -> None
 
 
 @pytest.mark.parametrize("start", ["empty", "resumed_at_the_end"])
+@pytest.mark.parametrize("feed", ["batch", False])
 async def test_with_other_processes_nothing_left_to_read_stops_before_the_first_step(
-    start: str,
+    start: str, feed: str | bool
 ) -> None:
-    # A job restarted at the end of its input, or a rank with an empty shard: the
-    # processes agree to stop before any of them enters a step.
-    pipeline = data.prefetch(batches(0 if start == "empty" else 4), feed="batch")
+    # A job restarted at the end of its input, or a rank with an empty shard: before
+    # the first batch the processes agree to stop; no step runs anywhere.
+    pipeline = data.prefetch(batches(0 if start == "empty" else 4), feed=feed)
     if start == "resumed_at_the_end":
         pipeline.load_plugin_state({**pipeline.plugin_state(), "next": 4})
     cluster = _TwoProcesses()
+    steps = []
     async with monitored.MonitoredSession(hooks=[pipeline], cluster=cluster) as sess:
+        if feed:
+            while not sess.should_stop():
+                await sess.run(lambda state, batch: steps.append(batch))
+        else:
+            async for batch in pipeline:
+                await sess.run(lambda state, batch: steps.append(batch), batch)
         assert sess.should_stop()
-        while not sess.should_stop():
-            await sess.run(_count)  # pragma: no cover - never runs
+    assert steps == []
     assert cluster.votes == [(0, True)]
-    assert sess.state.global_step == 0
+
+
+async def test_with_other_processes_the_first_batch_may_come_from_what_the_loop_starts() -> None:
+    # A source fed by a task started inside `async with` (queue runners, the
+    # Supervisor's): nothing waits for its first batch before the loop runs.
+    send, receive = anyio.create_memory_object_stream[np.ndarray](10)
+    pipeline = data.prefetch(receive, feed="batch")
+    cluster = _TwoProcesses()
+
+    async def feeder() -> None:
+        async with send:
+            for b in batches(3):
+                await send.send(b)
+
+    with anyio.fail_after(10):
+        async with monitored.MonitoredSession(hooks=[pipeline], cluster=cluster) as sess:
+            sess.coord.start_soon(feeder)
+            while not sess.should_stop():
+                await sess.run(_count)
+    receive.close()
+    assert sess.state.global_step == 3
+    assert cluster.votes == [(0, False), (1, False), (2, False), (3, True)]
 
 
 async def test_with_other_processes_no_look_ahead_once_a_stop_is_requested() -> None:
@@ -1024,7 +1052,7 @@ async def test_look_ahead_false_leaves_the_end_of_input_to_the_next_step() -> No
             await sess.run(_count)
     # Steps 1 and 2 vote to go on; step 3 finds no batch (OutOfRangeError, a normal
     # end) and the close votes to stop.
-    assert cluster.votes == [(0, False), (1, False), (2, False), (2, True)]
+    assert cluster.votes == [(1, False), (2, False), (2, True)]
 
 
 async def test_a_pipeline_used_on_its_own_after_its_session_reads_on() -> None:

@@ -130,7 +130,7 @@ async def test_a_sharded_evaluation_merges_the_metrics_through_the_cluster(
         # one only votes in that step's agreement (no step, no hooks); a fourth
         # question finds no input anywhere; then the merge.
         assert cluster.merged == [["processes with input"]] * 4 + [["mean_squared_error", "mean"]]
-        assert votes == [False, False, False, False, True]  # creation, 3 steps, close
+        assert votes == [False, False, False, True]  # 2 steps, the one sat out, the close
         assert result.steps == 2
         assert result.metrics["mean_pred"] == pytest.approx((2 + 4 + 6 + 3 * 10) / 6)
     else:
@@ -392,8 +392,9 @@ async def test_in_training_evaluation_summaries_go_to_the_training_eval_dir(
     assert written == [(str(tmp_path / "eval"), 1)]
 
 
+@pytest.mark.parametrize("fed", [False, True])
 async def test_a_sharded_evaluation_reads_its_whole_shard_from_a_pipeline_in_its_hooks(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, fed: bool
 ) -> None:
     # An input pipeline alone in a job would stop every process at the end of the
     # shortest shard; in a sharded evaluation the evaluation decides instead, so the
@@ -404,10 +405,15 @@ async def test_a_sharded_evaluation_reads_its_whole_shard_from_a_pipeline_in_its
         self._cluster = cluster
 
     monkeypatch.setattr(monitored.MonitoredSession, "_find_cluster", supply)
-    pipeline = data.prefetch(DATA, name="eval")
+    pipeline = data.prefetch(DATA, name="eval", feed="batch" if fed else False)
     state = monitored.TrainState({"w": np.array([2.0])})
     result = await evaluate_once(
-        eval_step, _metrics(), input=pipeline, hooks=[pipeline], state=state, sharded=True
+        eval_step,
+        _metrics(),
+        input=None if fed else pipeline,
+        hooks=[pipeline],
+        state=state,
+        sharded=True,
     )
     assert result.steps == 2
     assert cluster.merged == [["processes with input"]] * 4 + [["mean_squared_error", "mean"]]

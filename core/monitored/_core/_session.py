@@ -481,14 +481,6 @@ class MonitoredSession:
             self._state.finalize()
             await self.call_hook("after_create_session", self, self._coord)
             await self._run_deferred()
-            # A process may have nothing to do before the first step (its input
-            # already read to the end): every process agrees on that first, so that
-            # none enters a step another never runs.
-            if not isinstance(self._cluster, LocalCluster) and self._cluster.agree_to_stop(
-                self._coord._stopped
-            ):
-                self._should_stop = self._stop_agreed = True
-                self._log_stop(None)
         finally:
             self._deferred.clear()
             self._busy = False
@@ -590,6 +582,19 @@ class MonitoredSession:
             who = "an earlier stop request" if alone else "another process of the job"
         log.info("Stopping after step %d: stop requested by %s", self._state.global_step, who)
 
+    def _agree_to_stop_now(self, local: bool, requested_by: str | None = None) -> bool:
+        """Take part in a stop agreement that every process holds at this same point.
+
+        Besides the one at the end of each step: before the first batch of an
+        input pipeline (``monitored.data``), or for a step this process sits out.
+        ``True`` when the processes agreed to stop (the loop then ends).
+        """
+        if self._cluster.agree_to_stop(local):
+            self._should_stop = self._stop_agreed = True
+            self._log_stop(requested_by if local else None)
+            return True
+        return False
+
     def _sit_out_step(self) -> None:
         """Take part in a step's stop agreement without running the step or its hooks.
 
@@ -598,9 +603,7 @@ class MonitoredSession:
         end of that step needs this process's vote.
         """
         self._check_can_run()
-        if self._cluster.agree_to_stop(self._coord._stopped and not self._recovery_pending()):
-            self._should_stop = self._stop_agreed = True
-            self._log_stop(None)
+        self._agree_to_stop_now(self._coord._stopped and not self._recovery_pending())
 
     def _check_awaited(self) -> None:
         """Raise if the last ``run`` was never awaited (its coroutine never started)."""

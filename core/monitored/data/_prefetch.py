@@ -79,9 +79,9 @@ class Pipeline:
     session, ``async with pipeline:`` starts and stops them.
 
     In a job of several processes (a ``cluster`` plugin such as
-    ``monitored-mpi``), the pipeline looks for its next batch when the session
-    is created and at the end of every step, and votes to stop when there is
-    none, so that every process stops after the same step. Set
+    ``monitored-mpi``), the pipeline looks for its next batch before its first
+    batch is taken and at the end of every step, and votes to stop when there
+    is none, so that every process stops after the same step. Set
     :attr:`look_ahead` to ``False`` for a source whose next batch only comes
     once the step has returned (one the training loop itself feeds): the
     end of its input on one process then leaves the others waiting.
@@ -185,6 +185,8 @@ class Pipeline:
         #: with other processes.
         self._session: MonitoredSession | None = None
         self._distributed = False
+        #: Whether the agreement before this session's first batch was held.
+        self._first_agreed = False
 
     # -- the position ----------------------------------------------------------------------
     @property
@@ -330,6 +332,22 @@ class Pipeline:
         """Note the session, and whether it trains with other processes."""
         self._session = session
         self._distributed = not isinstance(session.cluster, LocalCluster)
+        self._first_agreed = False
+
+    async def _stop_before_first_batch(self) -> bool:
+        """With other processes, before this session's first batch: whether every
+        process stops now because one of them has nothing to read (a run resumed at
+        the end of its input, an empty shard).
+
+        Held at the first take, once the loop runs (not when the session is
+        created): a source may be fed by what the program starts after that.
+        """
+        self._first_agreed = True
+        if not self._looks_ahead():
+            return False
+        assert self._session is not None
+        exhausted = not await self._has_next()
+        return self._session._agree_to_stop_now(exhausted, self._end_of_input)
 
     def _looks_ahead(self) -> bool:
         """Whether this pipeline's end stops every process (see the class docstring).
@@ -350,19 +368,11 @@ class Pipeline:
         return f"the end of input pipeline {self.name!r}"
 
     async def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
-        """Start the producers at the (restored) position.
-
-        With other processes, an input with nothing left to read (a run resumed
-        at its end, an empty shard) asks for a stop before the first step:
-        every process agrees on it before any of them enters a step.
-        """
+        """Start the producers at the (restored) position."""
         if self._grace is None:
             self._grace = float(getattr(session, "_stop_grace_period_secs", _DEFAULT_GRACE_SECS))
         self._spawn = coord.start_soon
         self._start()
-        if self._looks_ahead() and not await self._has_next():
-            coord.request_stop()
-            coord.stop_requested_by = self._end_of_input
 
     def end(self, session: MonitoredSession) -> None:
         """Forget the session: iterating the pipeline later is no longer its loop."""
@@ -383,7 +393,9 @@ class Pipeline:
             run_context.session.call_after_hooks(lambda: self._stop_if_exhausted(run_context))
 
     async def _stop_if_exhausted(self, run_context: SessionRunContext) -> None:
-        if not run_context.stop_requested and not await self._has_next():
+        if run_context.stop_requested or run_context.session.coord.should_stop():
+            return  # stopping anyway: the next batch may never come (a stream fed by the loop)
+        if not await self._has_next():
             run_context.request_stop()
             run_context.stop_requested_by = self._end_of_input
 
@@ -866,10 +878,13 @@ class Pipeline:
 
     async def __anext__(self) -> Any:
         session = self._session
-        if session is not None and self._running and session.should_stop():
-            # The loop is over (a hook's stop, or every process agreed to stop):
-            # end the iteration rather than hand out a batch no step will run.
-            raise StopAsyncIteration
+        if session is not None and self._running:
+            if session.should_stop():
+                # The loop is over (a hook's stop, or every process agreed to stop):
+                # end the iteration rather than hand out a batch no step will run.
+                raise StopAsyncIteration
+            if not self._first_agreed and await self._stop_before_first_batch():
+                raise StopAsyncIteration
         try:
             return await self.take()
         except OutOfRangeError:
@@ -903,6 +918,12 @@ class FeedingPipeline(Pipeline):
 
     async def before_run(self, run_context: SessionRunContext) -> SessionRunArgs:
         """Take the next batch and hand it to the step."""
+        if not self._first_agreed and await self._stop_before_first_batch():
+            raise OutOfRangeError(
+                f"input pipeline {self.name!r}: every process stops before its first step, "
+                "one of them has nothing to read (a run resumed at the end of its input, "
+                "an empty shard)"
+            )
         batch = await self.take()
         if self._feed is not None:
             return SessionRunArgs(None, feeds={self._feed: batch})

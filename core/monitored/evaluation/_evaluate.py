@@ -16,6 +16,7 @@ from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, final
 
+import anyio.lowlevel
 import numpy as np
 
 from .._core._basic_hooks import FinalOpsHook
@@ -25,6 +26,7 @@ from .._core._errors import OutOfRangeError, import_plugin
 from .._core._scaffold import Scaffold
 from .._core._session import MonitoredSession
 from .._core._state import TrainState
+from ..data import FeedingPipeline
 from ..metrics import Mean, Metric
 from ._errors import NoCheckpointError, NoMetricUpdatesError
 
@@ -203,7 +205,7 @@ async def evaluate_once(
     many still have a batch (a metric merge: two small collectives), and a
     process whose shard is done takes part only in each step's stop agreement
     (no step, no hooks, not counted in ``steps``) until every shard is. An eval
-    step that calls collectives itself cannot take uneven shards. Alone, it
+    step or eval hook that calls collectives cannot take uneven shards. Alone, it
     changes nothing.
 
     Raises :class:`NoMetricUpdatesError` when a step updated no metric,
@@ -260,31 +262,43 @@ async def evaluate_once(
     )
     # Sharded, this loop decides where each process's input ends: an input
     # pipeline among the hooks must not stop every process at the shortest shard.
-    session._pipelines_look_ahead = not (sharded and input is not None)
+    session._pipelines_look_ahead = not sharded
+    feeding = [hook for hook in hooks if isinstance(hook, FeedingPipeline)]
     values: dict[str, float] = {}
     async with session as sess:
         iterator = _batches(input)
-        # Sharded over several processes, shards may differ in length: a process
-        # whose shard is done runs idle steps until every shard is, so that the
-        # processes keep stepping (and agreeing) together and no batch is left out.
-        together = sharded and iterator is not None and not isinstance(sess.cluster, LocalCluster)
+        # Sharded over several processes, shards may differ in length: before each
+        # step the processes count who still has a batch; one whose shard is done
+        # only votes in the step's stop agreement (no step, no hooks) until every
+        # shard is done, so the processes keep agreeing together and no batch is
+        # left out. The input is `input`, else the pipelines feeding the eval step.
+        together = (
+            sharded
+            and (iterator is not None or bool(feeding))
+            and not isinstance(sess.cluster, LocalCluster)
+        )
         exhausted = False
         while not sess.should_stop():
             before = sum(metric.updates for metric in metrics.values())
             try:
-                if iterator is None:
-                    await sess.run(eval_fn, metrics=metrics)
-                else:
+                batch: Any = None
+                if iterator is not None:
                     batch = _END if exhausted else await iterator.next()
                     exhausted = batch is _END
-                    if together:
-                        if not _any_process_has_input(sess, not exhausted):
-                            break
-                        if exhausted:
-                            sess._sit_out_step()  # no step, no hooks: only the agreement
-                            continue
-                    if exhausted:
+                elif together and not exhausted:
+                    exhausted = not all([await pipeline._has_next() for pipeline in feeding])
+                if together:
+                    if not _any_process_has_input(sess, not exhausted):
                         break
+                    if exhausted:
+                        sess._sit_out_step()  # no step, no hooks: only the agreement
+                        await anyio.lowlevel.checkpoint()  # the loop's other tasks run
+                        continue
+                if iterator is None:
+                    await sess.run(eval_fn, metrics=metrics)
+                elif exhausted:
+                    break
+                else:
                     await sess.run(eval_fn, batch, metrics=metrics)
             except (StopIteration, StopAsyncIteration, OutOfRangeError):
                 break

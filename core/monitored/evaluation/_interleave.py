@@ -10,15 +10,17 @@ seconds, and once more when training ends if the final state was not evaluated.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterable, Callable, Coroutine, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, final
 
+from .._core._cluster import LocalCluster
 from .._core._markers import hookimpl
 from ..metrics import Metric
 from ._hook import EvaluatesInTraining, TrainingEvaluation
 
 if TYPE_CHECKING:
     from .._core._coordinator import Coordinator
+    from .._core._run import SessionRunContext, SessionRunValues
     from .._core._session import MonitoredSession
 
 __all__ = ["EvaluateNewCheckpoints"]
@@ -47,9 +49,15 @@ class EvaluateNewCheckpoints(EvaluatesInTraining):
     the failure (:class:`EvaluationFailedError`) goes to the session's
     coordinator, the checkpoint plugin goes on with the write (or, at ``end``,
     with its final save), and the session stops after this step and raises it.
+
+    In a job of several processes only the chief writes checkpoints, and every
+    process must evaluate together: there it evaluates every ``min_steps``
+    global steps instead (``min_secs`` does not apply, clocks differ), at the
+    end of the step, before the chief's checkpoint of that step is written.
     """
 
     __slots__ = (
+        "_distributed",
         "_last_step",
         "_last_time",
         "_start_step",
@@ -80,13 +88,29 @@ class EvaluateNewCheckpoints(EvaluatesInTraining):
         self._start_step = 0
         self._last_step: int | None = None
         self._last_time: float | None = None
+        self._distributed = False
+
+    def begin(self, session: MonitoredSession) -> None:
+        self._distributed = not isinstance(session.cluster, LocalCluster)
 
     def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
         self._start_step = session.state.global_step
 
     async def before_save(self, session: MonitoredSession, step: int) -> None:
-        if self._due(step):
+        if not self._distributed and self._due(step):
             await self._evaluate(session)
+
+    def after_run(
+        self, run_context: SessionRunContext, run_values: SessionRunValues
+    ) -> Coroutine[Any, Any, None] | None:
+        """With several processes: evaluate every ``min_steps`` steps, on all of them."""
+        if not self._distributed or self.min_steps == 0:
+            return None
+        step = run_context.session.state.global_step
+        since = self._start_step if self._last_step is None else self._last_step
+        if step - since < self.min_steps:
+            return None
+        return self._evaluate(run_context.session)
 
     @hookimpl(tryfirst=True)  # first: the other hooks' end (early stopping) hear the result
     async def end(self, session: MonitoredSession) -> None:

@@ -207,8 +207,8 @@ def test_the_distributed_example_learns_on_two_ranks(run_mpi: Any) -> None:
 def test_a_sharded_evaluation_gives_every_rank_the_results_over_all_shards(
     run_mpi: Any, n: int, batches: int
 ) -> None:
-    # 13 batches make uneven shards: the ranks whose shard is done step idle until
-    # every shard is, and no batch is left out of the merged results.
+    # 13 batches make uneven shards: the ranks whose shard is done sit steps out
+    # (voting only) until every shard is, and no batch is left out of the results.
     proc, results = run_mpi(n, "evaluate.py", env={"NUM_BATCHES": str(batches)})
     _ok(proc)
     values = np.arange(4.0 * batches)  # the batches of 4, all ranks together
@@ -242,3 +242,19 @@ def test_input_ending_on_one_rank_first_stops_every_rank_after_the_same_step(
     assert [r["step"] for r in results.values()] == [6, 6, 6]
     assert [r["next"] for r in results.values()] == [6, 6, 6]
     assert results[0]["w"] == results[1]["w"] == results[2]["w"]
+
+
+def test_train_and_evaluate_with_checkpoints_evaluates_on_every_rank_together(
+    run_mpi: Any, tmp_path: Path
+) -> None:
+    # Evaluations follow the chief's checkpoints alone; under mpiexec every rank
+    # evaluates every min_eval_frequency steps instead (this crashed MPICH before).
+    model_dir = tmp_path / "model"
+    proc, results = run_mpi(2, "train_and_evaluate.py", str(model_dir))
+    _ok(proc)
+    expected = [[2, {"mean": 3.0}], [4, {"mean": 5.0}], [6, {"mean": 7.0}]]
+    assert [r["heard"] for r in results.values()] == [expected, expected]
+    assert [r["final"] for r in results.values()] == [[6, {"mean": 7.0}]] * 2
+    assert sorted(p.name for p in model_dir.glob("model.ckpt-*.json")) == [
+        f"model.ckpt-{step}.json" for step in (0, 2, 4, 6)
+    ]
