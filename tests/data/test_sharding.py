@@ -72,3 +72,21 @@ def test_batching_a_shard_of_a_list_by_rows_says_to_shard_a_tuple() -> None:
     x, y = np.arange(6), np.arange(6) * 10
     with pytest.raises(TypeError, match=r"data.shard splits a list by item .* shard a tuple"):
         data.batch(data.shard([x, y], 2, 0), 2, enqueue_many=True)
+
+
+def test_pipelines_of_the_shards_of_one_source_have_one_name_on_every_process() -> None:
+    # A worker takes the chief's position by the pipeline's name: it must not
+    # depend on the shard index.
+    def load(i: int) -> np.ndarray:
+        return np.full(2, i)
+
+    def stream() -> Iterator[np.ndarray]:
+        yield from (np.full(2, i) for i in range(4))
+
+    class Stream:
+        def __iter__(self) -> Iterator[np.ndarray]:
+            return stream()
+
+    for source, name in [([np.zeros(2)] * 4, "list"), (load, "load"), (Stream(), "Stream")]:
+        names = {data.prefetch(data.shard(source, 3, i)).name for i in range(3)}
+        assert names == {name}

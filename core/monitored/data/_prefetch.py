@@ -1217,6 +1217,9 @@ def _async_opener(
 
 
 def _name_of(source: object) -> str:
+    base = getattr(source, "shard_of", None)
+    if base is not None:  # monitored.data.shard: named as what it is a shard of
+        return _name_of(base)
     if inspect.isfunction(source) or inspect.ismethod(source) or inspect.isclass(source):
         return str(source.__name__)
     if inspect.isgenerator(source):

@@ -48,7 +48,10 @@ def shard(source: Any, num_shards: int, index: int) -> Any:
     if callable(source):
         function: Callable[[int], Any] = source
         sharded = lambda i: function(i * num_shards + index)  # noqa: E731
-        sharded.__name__ = f"{getattr(source, '__name__', 'source')}_shard{index}"
+        # The same name on every process: a pipeline is known by it (its plugin
+        # state, which a worker takes from the chief's).
+        sharded.__name__ = getattr(source, "__name__", "source")
+        sharded.shard_of = source  # type: ignore[attr-defined]
         return sharded
     raise TypeError(f"cannot shard a {type(source).__name__}")
 
@@ -57,6 +60,8 @@ class _ShardView(Sequence[T]):
     """Elements ``index, index + n, index + 2n, ...`` of a sequence."""
 
     def __init__(self, base: Sequence[T], num_shards: int, index: int) -> None:
+        #: What this is a shard of (a pipeline takes its name from it).
+        self.shard_of = base
         self._base = base
         self._num = num_shards
         self._index = index
@@ -81,6 +86,8 @@ class _ShardedIterable(Iterable[T]):
     """Every ``num_shards``-th element of an iterable; re-iterable if it is."""
 
     def __init__(self, base: Iterable[T], num_shards: int, index: int) -> None:
+        #: What this is a shard of (a pipeline takes its name from it).
+        self.shard_of = base
         self._base = base
         self._num = num_shards
         self._index = index

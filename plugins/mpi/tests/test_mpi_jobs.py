@@ -230,6 +230,15 @@ def test_a_sharded_evaluation_gives_every_rank_the_results_over_all_shards(
 
 
 @pytest.mark.parametrize("how", ["feed", "iterate"])
+def test_an_empty_shard_stops_every_rank_before_the_first_step(run_mpi: Any, how: str) -> None:
+    # 2 batches over 3 ranks: rank 2 has nothing to read, so no rank takes a step.
+    proc, results = run_mpi(3, "uneven.py", how, env={"NUM_BATCHES": "2"})
+    _ok(proc)
+    assert [r["step"] for r in results.values()] == [0, 0, 0]
+    assert "stop requested by the end of input pipeline 'list'" in proc.stderr
+
+
+@pytest.mark.parametrize("how", ["feed", "iterate"])
 def test_input_ending_on_one_rank_first_stops_every_rank_after_the_same_step(
     run_mpi: Any, how: str
 ) -> None:
