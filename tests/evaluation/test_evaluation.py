@@ -427,6 +427,12 @@ async def test_a_sharded_evaluation_reads_its_whole_shard_from_a_pipeline_in_its
         ({"input_fn": DATA}, TypeError, "input_fn must be a function .* got list"),
         ({"metrics": {}}, ValueError, "EvaluationHook needs at least one metric"),
         ({"metrics": {"m": 1.0}}, TypeError, r"EvaluationHook: metrics\['m'\] is float"),
+        ({"eval_steps": 0}, ValueError, "EvaluationHook: eval_steps must be a positive int"),
+        (
+            {"checkpoint_path": "a", "checkpoint_dir": "b"},
+            ValueError,
+            "EvaluationHook: give checkpoint_path or checkpoint_dir, not both",
+        ),
     ],
 )
 def test_an_evaluation_hook_checks_its_arguments_when_made_not_at_its_first_evaluation(

@@ -134,6 +134,22 @@ def _find_checkpoint(checkpoint_dir: str) -> str:
     return path
 
 
+def check_options(
+    *,
+    eval_steps: object = None,
+    checkpoint_path: object = None,
+    checkpoint_dir: object = None,
+    **others: object,
+) -> None:
+    """The checks of :func:`evaluate_once`'s options that need no session (``ValueError``)."""
+    if eval_steps is not None and (
+        isinstance(eval_steps, bool) or not isinstance(eval_steps, int) or eval_steps <= 0
+    ):
+        raise ValueError(f"eval_steps must be a positive int or None, got {eval_steps!r}")
+    if checkpoint_path is not None and checkpoint_dir is not None:
+        raise ValueError("give checkpoint_path or checkpoint_dir, not both")
+
+
 def check_metrics(
     metrics: Mapping[str, Metric], where: str, *, error: type[Exception] | None = None
 ) -> None:
@@ -213,13 +229,10 @@ async def evaluate_once(
     :class:`~monitored.MissingPluginError` when evaluating a checkpoint without
     the checkpoint plugin, ``ValueError`` for ``eval_steps <= 0``.
     """
-    if eval_steps is not None and (
-        isinstance(eval_steps, bool) or not isinstance(eval_steps, int) or eval_steps <= 0
-    ):
-        raise ValueError(f"eval_steps must be a positive int or None, got {eval_steps!r}")
+    check_options(
+        eval_steps=eval_steps, checkpoint_path=checkpoint_path, checkpoint_dir=checkpoint_dir
+    )
     check_metrics(metrics, "evaluate_once")
-    if checkpoint_path is not None and checkpoint_dir is not None:
-        raise ValueError("give checkpoint_path or checkpoint_dir, not both")
     path: str | None = None
     if checkpoint_dir is not None:
         path = _find_checkpoint(os.fspath(checkpoint_dir))

@@ -18,7 +18,7 @@ from .._core._markers import hookimpl
 from .._core._timer import SecondOrStepTimer
 from ..metrics import Metric
 from ._errors import EvaluationFailedError
-from ._evaluate import EvaluationResult, check_metrics, evaluate_once
+from ._evaluate import EvaluationResult, check_metrics, check_options, evaluate_once
 
 #: What a hook evaluating during training passes on to ``evaluate_once`` (it
 #: gives ``input`` and ``state`` itself).
@@ -67,6 +67,11 @@ class TrainingEvaluation:
                 "input_fn=lambda: batches"
             )
         unknown = sorted(set(kwargs) - _EVALUATE_ONCE_OPTIONS)
+        if not unknown:
+            try:
+                check_options(**kwargs)
+            except ValueError as exc:
+                raise ValueError(f"{owner}: {exc}") from None
         if unknown:
             hints = [
                 f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
