@@ -109,7 +109,7 @@ async def test_an_end_of_input_meets_the_others_stop_decision() -> None:
     cluster.agree_to_stop = lambda local: votes.append(local) or local  # type: ignore[method-assign]
     async with monitored.MonitoredSession(monitored.TrainState(), cluster=cluster) as sess:
         raise monitored.OutOfRangeError("done")
-    assert votes == [True]
+    assert votes == [False, True]  # once created (nothing to stop yet), then at the close
     assert sess.state.global_step == 0
 
 
@@ -171,6 +171,23 @@ async def test_a_stop_decision_failing_at_close_is_handed_to_the_cluster_once() 
         async with monitored.MonitoredSession(monitored.TrainState(), cluster=cluster):
             raise monitored.OutOfRangeError("input ended before any step")
     assert [type(f) for f in cluster.failed] == [monitored.DeadlineExceededError]
+
+
+async def test_a_stop_asked_while_the_session_is_created_is_agreed_before_the_first_step() -> None:
+    # StopAtStepHook of a run resumed at its last step asks in after_create_session:
+    # with other processes, should_stop() answers only agreed stops, so the session
+    # agrees on it at once, and no process runs an extra step.
+    votes: list[bool] = []
+    cluster = _Voting(is_chief=True)
+    cluster.agree_to_stop = lambda local: votes.append(local) or local  # type: ignore[method-assign]
+    state = monitored.TrainState(global_step=6)
+    hooks = [monitored.StopAtStepHook(last_step=6)]
+    async with monitored.MonitoredSession(state, hooks=hooks, cluster=cluster) as sess:
+        assert sess.should_stop()
+        while not sess.should_stop():
+            await sess.run(_step)  # pragma: no cover - never runs
+    assert state.global_step == 6
+    assert votes == [True]
 
 
 async def test_with_other_processes_an_aborted_error_is_a_failure_not_a_recovery() -> None:

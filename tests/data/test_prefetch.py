@@ -865,8 +865,17 @@ async def test_with_other_processes_the_last_batchs_step_votes_to_stop(source: s
         while not sess.should_stop():
             await sess.run(_count)
     assert sess.state.global_step == 5
-    # One vote before the first batch, then one at the end of each step.
-    assert cluster.votes == [(0, False), (1, False), (2, False), (3, False), (4, False), (5, True)]
+    # One vote once the session is created, one before the first batch, then one at
+    # the end of each step.
+    assert cluster.votes == [
+        (0, False),
+        (0, False),
+        (1, False),
+        (2, False),
+        (3, False),
+        (4, False),
+        (5, True),
+    ]
 
 
 async def test_with_other_processes_a_skipped_tail_is_the_end_too() -> None:
@@ -903,7 +912,7 @@ async def test_with_other_processes_a_producer_error_is_still_raised_by_the_next
         async with monitored.MonitoredSession(hooks=[pipeline], cluster=cluster) as sess:
             while not sess.should_stop():
                 await sess.run(_count)
-    assert cluster.votes == [(0, False), (1, False), (2, False)]
+    assert cluster.votes == [(0, False), (0, False), (1, False), (2, False)]
 
 
 async def test_async_for_ends_when_every_process_agreed_to_stop() -> None:
@@ -1001,7 +1010,7 @@ async def test_with_other_processes_nothing_left_to_read_stops_before_the_first_
                 await sess.run(lambda state, batch: steps.append(batch), batch)
         assert sess.should_stop()
     assert steps == []
-    assert cluster.votes == [(0, True)]
+    assert cluster.votes == [(0, False), (0, True)]  # created; before the first batch
 
 
 async def test_with_other_processes_the_first_batch_may_come_from_what_the_loop_starts() -> None:
@@ -1023,7 +1032,7 @@ async def test_with_other_processes_the_first_batch_may_come_from_what_the_loop_
                 await sess.run(_count)
     receive.close()
     assert sess.state.global_step == 3
-    assert cluster.votes == [(0, False), (1, False), (2, False), (3, True)]
+    assert cluster.votes == [(0, False), (0, False), (1, False), (2, False), (3, True)]
 
 
 async def test_with_other_processes_no_look_ahead_once_a_stop_is_requested() -> None:
@@ -1052,7 +1061,7 @@ async def test_look_ahead_false_leaves_the_end_of_input_to_the_next_step() -> No
             await sess.run(_count)
     # Steps 1 and 2 vote to go on; step 3 finds no batch (OutOfRangeError, a normal
     # end) and the close votes to stop.
-    assert cluster.votes == [(1, False), (2, False), (2, True)]
+    assert cluster.votes == [(0, False), (1, False), (2, False), (2, True)]
 
 
 async def test_a_pipeline_used_on_its_own_after_its_session_reads_on() -> None:

@@ -130,7 +130,8 @@ async def test_a_sharded_evaluation_merges_the_metrics_through_the_cluster(
         # one only votes in that step's agreement (no step, no hooks); a fourth
         # question finds no input anywhere; then the merge.
         assert cluster.merged == [["processes with input"]] * 4 + [["mean_squared_error", "mean"]]
-        assert votes == [False, False, False, True]  # 2 steps, the one sat out, the close
+        # Created, 2 steps, the one sat out, the close.
+        assert votes == [False, False, False, False, True]
         assert result.steps == 2
         assert result.metrics["mean_pred"] == pytest.approx((2 + 4 + 6 + 3 * 10) / 6)
     else:

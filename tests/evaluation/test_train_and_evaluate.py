@@ -218,3 +218,71 @@ async def test_early_stopping_in_train_hooks_acts_on_the_final_evaluation(
     assert result.global_step == 3
     assert stopper.stopped_step == 3
     assert state["w"][0] == heard.steps[0]  # the best state is back
+
+
+class _TwoProcesses:
+    """A stand-in cluster of two, alike in every vote (nothing else to share here)."""
+
+    is_chief = True
+
+    def agree_to_stop(self, local: bool) -> bool:
+        return local
+
+    async def share_state(self, session: Any, max_wait_secs: float) -> None:
+        return None
+
+    def fail(self, failure: BaseException) -> None:
+        return None
+
+    def merge_metrics(self, metrics: Any) -> None:
+        return None
+
+
+@pytest.fixture
+def two_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = _TwoProcesses()
+
+    async def supply(self: Any, available: Any) -> None:
+        self._cluster = cluster
+
+    monkeypatch.setattr(monitored.MonitoredSession, "_find_cluster", supply)
+
+
+@pytest.mark.usefixtures("checkpoint_plugin", "two_processes")
+async def test_with_several_processes_evaluations_follow_the_checkpoint_step_schedule(
+    tmp_path: Path,
+) -> None:
+    # Only the chief writes checkpoints: every process evaluates every
+    # save_checkpoint_steps global steps instead (min_eval_frequency left at None).
+    heard = Heard()
+    await train_and_evaluate(
+        TrainSpec(train_step, max_steps=7, hooks=[heard]),
+        eval_spec(throttle_secs=0),
+        model_dir=tmp_path,
+        scaffold=monitored.Scaffold(init_fn=init),
+        save_checkpoint_steps=3,
+    )
+    assert heard.steps == [3, 6, 7]
+
+
+@pytest.mark.usefixtures("checkpoint_plugin", "two_processes")
+async def test_with_several_processes_checkpoints_by_time_need_a_step_schedule(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ExperimentConfigError, match="give save_checkpoint_steps=N"):
+        await train_and_evaluate(
+            TrainSpec(train_step, max_steps=3),
+            eval_spec(throttle_secs=0),
+            model_dir=tmp_path,
+            scaffold=monitored.Scaffold(init_fn=init),
+        )
+
+
+@pytest.mark.usefixtures("two_processes")
+async def test_with_several_processes_evaluations_by_seconds_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"every_n_secs=600.*use every_n_steps"):
+        await train_and_evaluate(
+            TrainSpec(train_step, max_steps=3),
+            eval_spec(throttle_secs=600),
+            scaffold=monitored.Scaffold(init_fn=init),
+        )

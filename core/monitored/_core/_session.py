@@ -123,10 +123,10 @@ class MonitoredSession:
     #: session leaves out early stopping, NaN guards, progress and checkpoint saving).
     _loads_training_only_plugins = True
 
-    #: Whether input pipelines among its hooks look for their next batch so that
-    #: every process stops together (``monitored.data.Pipeline``); off where the
-    #: loop decides where each process's input ends (a sharded evaluation).
-    _pipelines_look_ahead: bool = True
+    #: Input pipelines among its hooks whose end the session's loop handles itself
+    #: (a sharded evaluation's input): they do not look for their next batch to
+    #: stop every process together, as other ``monitored.data`` pipelines do.
+    _inputs_counted_by_loop: tuple[object, ...] = ()
 
     def __init__(
         self,
@@ -481,6 +481,11 @@ class MonitoredSession:
             self._state.finalize()
             await self.call_hook("after_create_session", self, self._coord)
             await self._run_deferred()
+            if not isinstance(self._cluster, LocalCluster):
+                # A stop asked for while the session was created (StopAtStepHook of a
+                # run resumed at its last step) holds before the first step, on every
+                # process alike: they agree on it now.
+                self._agree_to_stop_now(self._coord._stopped)
         finally:
             self._deferred.clear()
             self._busy = False

@@ -347,7 +347,10 @@ class Pipeline:
             return False
         assert self._session is not None
         exhausted = not await self._has_next()
-        return self._session._agree_to_stop_now(exhausted, self._end_of_input)
+        stopping = self._session.coord.should_stop()
+        return self._session._agree_to_stop_now(
+            exhausted or stopping, self._end_of_input if exhausted else None
+        )
 
     def _looks_ahead(self) -> bool:
         """Whether this pipeline's end stops every process (see the class docstring).
@@ -360,7 +363,7 @@ class Pipeline:
             self._distributed
             and self.look_ahead
             and session is not None
-            and session._pipelines_look_ahead
+            and not any(counted is self for counted in session._inputs_counted_by_loop)
         )
 
     @property
@@ -920,9 +923,9 @@ class FeedingPipeline(Pipeline):
         """Take the next batch and hand it to the step."""
         if not self._first_agreed and await self._stop_before_first_batch():
             raise OutOfRangeError(
-                f"input pipeline {self.name!r}: every process stops before its first step, "
-                "one of them has nothing to read (a run resumed at the end of its input, "
-                "an empty shard)"
+                f"input pipeline {self.name!r}: every process agreed to stop before its "
+                "first batch (one of them had nothing to read, a run resumed at the end of "
+                "its input or an empty shard, or another reason to stop)"
             )
         batch = await self.take()
         if self._feed is not None:
@@ -1217,7 +1220,7 @@ def _async_opener(
 
 
 def _name_of(source: object) -> str:
-    base = getattr(source, "shard_of", None)
+    base = getattr(source, "_monitored_shard_of", None)
     if base is not None:  # monitored.data.shard: named as what it is a shard of
         return _name_of(base)
     if inspect.isfunction(source) or inspect.ismethod(source) or inspect.isclass(source):

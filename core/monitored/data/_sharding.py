@@ -51,7 +51,7 @@ def shard(source: Any, num_shards: int, index: int) -> Any:
         # The same name on every process: a pipeline is known by it (its plugin
         # state, which a worker takes from the chief's).
         sharded.__name__ = getattr(source, "__name__", "source")
-        sharded.shard_of = source  # type: ignore[attr-defined]
+        sharded._monitored_shard_of = source  # type: ignore[attr-defined]
         return sharded
     raise TypeError(f"cannot shard a {type(source).__name__}")
 
@@ -61,7 +61,7 @@ class _ShardView(Sequence[T]):
 
     def __init__(self, base: Sequence[T], num_shards: int, index: int) -> None:
         #: What this is a shard of (a pipeline takes its name from it).
-        self.shard_of = base
+        self._monitored_shard_of = base
         self._base = base
         self._num = num_shards
         self._index = index
@@ -87,7 +87,7 @@ class _ShardedIterable(Iterable[T]):
 
     def __init__(self, base: Iterable[T], num_shards: int, index: int) -> None:
         #: What this is a shard of (a pipeline takes its name from it).
-        self.shard_of = base
+        self._monitored_shard_of = base
         self._base = base
         self._num = num_shards
         self._index = index

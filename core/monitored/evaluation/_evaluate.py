@@ -26,7 +26,7 @@ from .._core._errors import OutOfRangeError, import_plugin
 from .._core._scaffold import Scaffold
 from .._core._session import MonitoredSession
 from .._core._state import TrainState
-from ..data import FeedingPipeline
+from ..data import FeedingPipeline, Pipeline
 from ..metrics import Mean, Metric
 from ._errors import NoCheckpointError, NoMetricUpdatesError
 
@@ -275,8 +275,10 @@ async def evaluate_once(
     )
     # Sharded, this loop decides where each process's input ends: an input
     # pipeline among the hooks must not stop every process at the shortest shard.
-    session._pipelines_look_ahead = not sharded
     feeding = [hook for hook in hooks if isinstance(hook, FeedingPipeline)]
+    if sharded:
+        counted = [input] if isinstance(input, Pipeline) else []
+        session._inputs_counted_by_loop = (*counted, *feeding)
     values: dict[str, float] = {}
     async with session as sess:
         iterator = _batches(input)

@@ -14,6 +14,7 @@ import os
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, final
 
+from .._core._cluster import LocalCluster
 from .._core._markers import hookimpl
 from .._core._timer import SecondOrStepTimer
 from ..metrics import Metric
@@ -168,7 +169,7 @@ class EvaluationHook(EvaluatesInTraining):
     checkpoint is written).
     """
 
-    __slots__ = ("_timer", "at_end")
+    __slots__ = ("_every_n_secs", "_timer", "at_end")
 
     def __init__(
         self,
@@ -183,7 +184,16 @@ class EvaluationHook(EvaluatesInTraining):
     ) -> None:
         self._evaluation = TrainingEvaluation(eval_fn, metrics, input_fn, kwargs, "EvaluationHook")
         self._timer = SecondOrStepTimer(every_secs=every_n_secs, every_steps=every_n_steps)
+        self._every_n_secs = every_n_secs
         self.at_end = at_end
+
+    def begin(self, session: MonitoredSession) -> None:
+        if self._every_n_secs is not None and not isinstance(session.cluster, LocalCluster):
+            raise ValueError(
+                f"EvaluationHook(every_n_secs={self._every_n_secs}) under several processes: "
+                "each process's clock would pick another step, and they must evaluate "
+                "together; use every_n_steps (train_and_evaluate: min_eval_frequency=N)"
+            )
 
     async def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
         session = run_context.session

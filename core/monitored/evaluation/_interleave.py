@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, final
 from .._core._cluster import LocalCluster
 from .._core._markers import hookimpl
 from ..metrics import Metric
+from ._errors import ExperimentConfigError
 from ._hook import EvaluatesInTraining, TrainingEvaluation
 
 if TYPE_CHECKING:
@@ -51,13 +52,17 @@ class EvaluateNewCheckpoints(EvaluatesInTraining):
     with its final save), and the session stops after this step and raises it.
 
     In a job of several processes only the chief writes checkpoints, and every
-    process must evaluate together: there it evaluates every ``min_steps``
-    global steps instead (``min_secs`` does not apply, clocks differ), at the
-    end of the step, before the chief's checkpoint of that step is written.
+    process must evaluate together, at the same global step: there it evaluates
+    every ``max(min_steps, save_checkpoint_steps)`` steps (the checkpoints'
+    step schedule; ``min_steps`` alone when they are saved by time, where
+    ``min_steps`` must then be more than 1), at the end of the step, before a
+    checkpoint of that step is written. ``min_secs`` does not apply: the
+    processes' clocks differ.
     """
 
     __slots__ = (
         "_distributed",
+        "_every",
         "_last_step",
         "_last_time",
         "_start_step",
@@ -89,9 +94,25 @@ class EvaluateNewCheckpoints(EvaluatesInTraining):
         self._last_step: int | None = None
         self._last_time: float | None = None
         self._distributed = False
+        self._every = 0
 
     def begin(self, session: MonitoredSession) -> None:
         self._distributed = not isinstance(session.cluster, LocalCluster)
+        if not self._distributed or self.min_steps == 0:
+            return
+        config = session.training_config
+        save_steps = config.save_checkpoint_steps if config is not None else None
+        if save_steps:
+            self._every = max(self.min_steps, save_steps)
+        elif self.min_steps > 1:
+            self._every = self.min_steps
+        else:
+            raise ExperimentConfigError(
+                "train_and_evaluate under several processes evaluates at global steps "
+                "every process knows, and checkpoints here are saved by time (only the "
+                "chief knows when): give save_checkpoint_steps=N (evaluations follow "
+                "them) or min_eval_frequency=N > 1"
+            )
 
     def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
         self._start_step = session.state.global_step
@@ -103,12 +124,12 @@ class EvaluateNewCheckpoints(EvaluatesInTraining):
     def after_run(
         self, run_context: SessionRunContext, run_values: SessionRunValues
     ) -> Coroutine[Any, Any, None] | None:
-        """With several processes: evaluate every ``min_steps`` steps, on all of them."""
-        if not self._distributed or self.min_steps == 0:
+        """With several processes: evaluate every ``_every`` steps, on all of them."""
+        if not self._every:
             return None
         step = run_context.session.state.global_step
         since = self._start_step if self._last_step is None else self._last_step
-        if step - since < self.min_steps:
+        if step - since < self._every:
             return None
         return self._evaluate(run_context.session)
 

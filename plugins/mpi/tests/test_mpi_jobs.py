@@ -267,3 +267,15 @@ def test_train_and_evaluate_with_checkpoints_evaluates_on_every_rank_together(
     assert sorted(p.name for p in model_dir.glob("model.ckpt-*.json")) == [
         f"model.ckpt-{step}.json" for step in (0, 2, 4, 6)
     ]
+
+
+def test_a_finished_job_started_again_takes_no_step(run_mpi: Any, tmp_path: Path) -> None:
+    # StopAtStepHook asks to stop while the session is created (the checkpoint is at
+    # its last step): every rank agrees before the first step, none trains step 7.
+    env = {"CKPT_DIR": str(tmp_path / "ckpt"), "SAVE_STEPS": "3"}
+    first, _ = run_mpi(2, "train.py", "plain", "6", env=env)
+    _ok(first)
+    again, results = run_mpi(2, "train.py", "plain", "6", env=env)
+    _ok(again)
+    assert [r["step"] for r in results.values()] == [6, 6]
+    assert not list((tmp_path / "ckpt").glob("model.ckpt-7*"))
