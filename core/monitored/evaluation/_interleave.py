@@ -98,6 +98,7 @@ class EvaluateNewCheckpoints(EvaluatesInTraining):
 
     def begin(self, session: MonitoredSession) -> None:
         self._distributed = not isinstance(session.cluster, LocalCluster)
+        self._every = 0
         if not self._distributed or self.min_steps == 0:
             return
         config = session.training_config
