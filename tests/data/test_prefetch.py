@@ -1072,3 +1072,10 @@ async def test_a_pipeline_used_on_its_own_after_its_session_reads_on() -> None:
             await sess.run(_count, batch)
     async with pipeline:
         assert [int(b[0]) async for b in pipeline] == [2, 3, 4]
+
+
+async def test_two_pipelines_of_the_same_name_are_refused_saying_how_to_name_them() -> None:
+    first, second = data.prefetch(batches(2)), data.prefetch(batches(3))
+    with pytest.raises(monitored.PluginValidationError, match=r"'input:list' is already .*name="):
+        async with monitored.MonitoredSession(hooks=[first, second]):
+            pass  # pragma: no cover - refused on entry

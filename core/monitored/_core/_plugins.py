@@ -318,8 +318,13 @@ class PluginManager(pluggy.PluginManager):
         A bad hook raises :class:`PluginValidationError`.
         """
         if info.name in self._infos:
+            hint = (
+                "; give each input pipeline its own name (prefetch(..., name=...))"
+                if info.name.startswith("input:")
+                else ""
+            )
             raise PluginValidationError(
-                f"{info.describe()}: a plugin named {info.name!r} is already registered",
+                f"{info.describe()}: a plugin named {info.name!r} is already registered{hint}",
                 plugin=info.name,
                 distribution=info.distribution,
             )
