@@ -39,3 +39,39 @@ def counting_step(state: monitored.TrainState, **feeds: Any) -> dict[str, Any]:
     state["w"] += 1
     state.global_step += 1
     return {"loss": state["w"].sum(), **{f"feed:{k}": v for k, v in feeds.items()}}
+
+
+class StandInCluster:
+    """A cluster of several processes for tests without MPI, seen from this process.
+
+    Every agreement answers this process's own vote (the others agree), and
+    records it in :attr:`votes`; subclasses answer for the other processes.
+    """
+
+    is_chief = True
+
+    def __init__(self) -> None:
+        self.votes: list[bool] = []
+
+    def agree_to_stop(self, local: bool) -> bool:
+        self.votes.append(local)
+        return local
+
+    async def share_state(self, session: Any, max_wait_secs: float) -> None:
+        return None
+
+    def fail(self, failure: BaseException) -> None:
+        return None
+
+    def merge_metrics(self, metrics: Any) -> None:
+        return None
+
+
+def install_cluster(monkeypatch: Any, cluster: Any) -> None:
+    """Make every session entered from now on train in ``cluster`` (as a ``cluster``
+    plugin would supply it), the sessions ``evaluate_once`` makes included."""
+
+    async def supply(self: Any, available: Any) -> None:
+        self._cluster = cluster
+
+    monkeypatch.setattr(monitored.MonitoredSession, "_find_cluster", supply)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _helpers import StandInCluster, install_cluster
 
 import monitored
 from monitored import data
@@ -55,25 +56,16 @@ async def test_evaluates_a_given_state_until_the_input_ends(caplog: Any) -> None
     assert "global step has not been increased" not in caplog.text
 
 
-class _OtherHalf:
+class _OtherHalf(StandInCluster):
     """A cluster of two whose other process evaluates a shard of 3 batches (one more
     than ``DATA``) with the mean at 10."""
 
-    is_chief = True
     other_batches = 3
 
     def __init__(self) -> None:
+        super().__init__()
         self.merged: list[list[str]] = []
         self.asked_for_input = 0
-
-    def agree_to_stop(self, local: bool) -> bool:
-        return local
-
-    async def share_state(self, session: Any, max_wait_secs: float) -> None:
-        return None
-
-    def fail(self, failure: BaseException) -> None:
-        return None
 
     def merge_metrics(self, metrics: Any) -> None:
         self.merged.append([metric.name for metric in metrics])
@@ -95,13 +87,8 @@ async def test_a_sharded_evaluation_merges_the_metrics_through_the_cluster(
     monkeypatch: pytest.MonkeyPatch, sharded: bool
 ) -> None:
     cluster = _OtherHalf()
-
-    async def supply(self: Any, available: Any) -> None:
-        self._cluster = cluster
-
-    monkeypatch.setattr(monitored.MonitoredSession, "_find_cluster", supply)
-    votes: list[bool] = []
-    cluster.agree_to_stop = lambda local: votes.append(local) or local  # type: ignore[method-assign]
+    install_cluster(monkeypatch, cluster)
+    votes = cluster.votes
 
     class FetchesEachStep:
         """An eval hook fetching a value only real eval steps make."""
@@ -401,11 +388,7 @@ async def test_a_sharded_evaluation_reads_its_whole_shard_from_a_pipeline_in_its
     # shortest shard; in a sharded evaluation the evaluation decides instead, so the
     # other process's extra batch is waited for and nothing is left out.
     cluster = _OtherHalf()
-
-    async def supply(self: Any, available: Any) -> None:
-        self._cluster = cluster
-
-    monkeypatch.setattr(monitored.MonitoredSession, "_find_cluster", supply)
+    install_cluster(monkeypatch, cluster)
     pipeline = data.prefetch(DATA, name="eval", feed="batch" if fed else False)
     state = monitored.TrainState({"w": np.array([2.0])})
     result = await evaluate_once(

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _helpers import StandInCluster, install_cluster
 
 import monitored
 from monitored import metrics as m
@@ -220,32 +221,9 @@ async def test_early_stopping_in_train_hooks_acts_on_the_final_evaluation(
     assert state["w"][0] == heard.steps[0]  # the best state is back
 
 
-class _TwoProcesses:
-    """A stand-in cluster of two, alike in every vote (nothing else to share here)."""
-
-    is_chief = True
-
-    def agree_to_stop(self, local: bool) -> bool:
-        return local
-
-    async def share_state(self, session: Any, max_wait_secs: float) -> None:
-        return None
-
-    def fail(self, failure: BaseException) -> None:
-        return None
-
-    def merge_metrics(self, metrics: Any) -> None:
-        return None
-
-
 @pytest.fixture
 def two_processes(monkeypatch: pytest.MonkeyPatch) -> None:
-    cluster = _TwoProcesses()
-
-    async def supply(self: Any, available: Any) -> None:
-        self._cluster = cluster
-
-    monkeypatch.setattr(monitored.MonitoredSession, "_find_cluster", supply)
+    install_cluster(monkeypatch, StandInCluster())
 
 
 @pytest.mark.usefixtures("checkpoint_plugin", "two_processes")

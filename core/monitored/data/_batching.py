@@ -22,6 +22,7 @@ import numpy as np
 from .._core._backend import array_module, is_array
 from .._core._errors import UnsupportedArgumentError
 from ._prefetch import FeedingPipeline, Pipeline
+from ._sharding import _ShardView
 from ._structure import flatten, map_leaves
 
 __all__ = ["batch", "shuffle_batch"]
@@ -274,7 +275,7 @@ def _examples(tensors: Any, enqueue_many: bool, label: str) -> _Examples | Itera
             hint = (
                 "; data.shard splits a list by item (its batches): to shard arrays by rows, "
                 "shard a tuple, data.shard((x, y), num_shards, index)"
-                if type(tensors).__name__ == "_ShardView"
+                if isinstance(tensors, _ShardView)
                 else ""
             )
             raise TypeError(

@@ -2,11 +2,12 @@
 
 Process ``index`` of ``num_shards`` keeps every ``num_shards``-th element starting
 at ``index`` (rows of arrays, or of a tuple or dict of arrays; items of a list,
-another sequence or an iterable; batch indices of an index function). The shards are disjoint and
-together cover the input; their sizes differ by at most one element. In a job
-of several processes, a pipeline whose shard ends first stops every process
-after the same step (see ``Pipeline``), so the longer shards' last batches are
-not read; size the data to a multiple to read them all.
+another sequence or an iterable; batch indices of an index function). The
+shards are disjoint and together cover the input; their sizes differ by at
+most one element. In a job of several processes, a pipeline whose shard ends
+first stops every process after the same step (see ``Pipeline``), so the
+longer shards' last batches are not read; size the data to a multiple to read
+them all.
 """
 
 from __future__ import annotations
