@@ -1086,6 +1086,67 @@ async def test_a_moving_global_step_is_not_warned_about(
     assert not [r for r in caplog.records if "has not been increased" in r.getMessage()]
 
 
+async def test_evaluation_steps_after_training_steps_are_not_warned_about(
+    state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Issue 22: a validation or test pass in the managed session leaves the global
+    # step alone; once this session's steps have moved it, that is not the trap.
+    from monitored._core._session import STALLED_STEPS_WARNING
+
+    async with monitored.MonitoredSession(state) as sess:
+        await run_steps(sess, 5)
+        for _ in range(3):  # three "epochs": a validation pass after each
+            await run_steps(sess, 3 * STALLED_STEPS_WARNING, forgetful_step)
+            await run_steps(sess, 5)
+    assert not [r for r in caplog.records if "has not been increased" in r.getMessage()]
+
+
+async def test_a_restored_session_whose_step_never_moves_is_warned_about(
+    state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    # "Advanced" means in this session: a state that starts at step 40 (restored)
+    # and whose steps never move it is the trap the warning is for.
+    from monitored._core._session import STALLED_STEPS_WARNING
+
+    state.global_step = 40
+    async with monitored.MonitoredSession(state) as sess:
+        await run_steps(sess, 2 * STALLED_STEPS_WARNING, forgetful_step)
+    warnings = [r for r in caplog.records if "has not been increased" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "still 40" in warnings[0].getMessage()
+
+
+# -- TF1's session.run(fetches) -----------------------------------------------------------------
+@pytest.mark.parametrize("fetches", ["loss", ["loss", "w"], {"cost": "loss"}, ("w",)])
+async def test_run_given_names_to_read_says_to_use_fetch(state: TrainState, fetches: Any) -> None:
+    # Issue 22: session.run(m.lr), TF1's way to read a value, was a bare
+    # "'str' object is not callable" from inside the step.
+    async with monitored.MonitoredSession(state) as sess:
+        await sess.run(counting_step)
+        with pytest.raises(TypeError, match=r"run takes a step function, not values to read") as info:
+            await sess.run(fetches)
+        assert f"session.fetch({fetches!r})" in str(info.value)
+        assert "SessionRunArgs" in str(info.value)
+        assert sess.fetch(fetches) is not None  # what the message says works
+        assert state.global_step == 1  # nothing ran
+
+
+async def test_run_given_something_else_that_is_not_callable_says_what_run_takes(
+    state: TrainState,
+) -> None:
+    async with monitored.MonitoredSession(state) as sess:
+        with pytest.raises(TypeError, match=r"MonitoredSession.run: got int, not a step function"):
+            await sess.run(3)
+
+
+async def test_a_raw_session_given_a_name_says_to_use_fetch(state: TrainState) -> None:
+    async with monitored.SingularMonitoredSession(state) as sess:
+        raw = sess.raw_session()
+        assert raw is not None
+        with pytest.raises(TypeError, match=r"RawSession.run\('w'\): run takes a step function"):
+            await raw.run("w")
+
+
 # -- saying what is going on ----------------------------------------------------------------------
 async def test_session_start_logs_the_loaded_plugins(
     state: TrainState, caplog: pytest.LogCaptureFixture

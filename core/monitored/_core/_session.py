@@ -203,6 +203,9 @@ class MonitoredSession:
         self._unawaited: Coroutine[Any, Any, Any] | None = None
         self._last_global_step = -1
         self._stalled_steps = 0
+        #: The global step when the session was first created: until a step leaves it
+        #: elsewhere, steps that do not move it are warned about (see _note_stalled_step).
+        self._start_step: int | None = None
         self.restored_from: Any = None
 
     # -- properties -----------------------------------------------------------------------
@@ -266,6 +269,7 @@ class MonitoredSession:
         try:
             await self.call_hook("begin", self)
             await self._create_with_recovery(recreating=False)
+            self._start_step = self._state.global_step
         except BaseException as exc:
             await self._close(failure=exc)
             raise
@@ -655,6 +659,8 @@ class MonitoredSession:
         """
         if self._unawaited is not None:
             self._check_awaited()
+        if not callable(step_fn):
+            _refuse_fetches(type(self).__name__, step_fn)
         if not self._open or self._busy or self._should_stop or self._coord._stopped:
             self._check_can_run()
         self._unawaited = coroutine = self._run(step_fn, args, kwargs)
@@ -950,9 +956,18 @@ class MonitoredSession:
 
         A loop whose stop depends on the global step (``StopAtStepHook``) would
         otherwise run forever without a word. TF1's ``StepCounterHook`` warns too.
+        The trap is a step function that never advances the global step, so the
+        warning holds only while the step is still where the session was created:
+        once a step of this session has moved it, steps that leave it alone are
+        evaluation steps (a validation or test pass in the managed session) and
+        are not warned about.
         """
         self._stalled_steps += 1
-        if self._stalled_steps == STALLED_STEPS_WARNING and self._warn_stalled_global_step:
+        if (
+            self._stalled_steps == STALLED_STEPS_WARNING
+            and self._warn_stalled_global_step
+            and self._last_global_step == self._start_step
+        ):
             log.warning(
                 "The global step has not been increased: it is still %d after %d steps of "
                 "step function %s. Increase it in the step (state.global_step += 1), or an "
@@ -1182,6 +1197,8 @@ class RawSession:
 
     async def run(self, step_fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """``step_fn(state, *args, **kwargs)``, awaited if async; no hooks are called."""
+        if not callable(step_fn):
+            _refuse_fetches("RawSession", step_fn)
         if not self._session._open:
             raise RuntimeError(
                 f"RawSession.run({_name_of(step_fn)}): the session is closed; a raw "
@@ -1272,6 +1289,34 @@ def _outputs_of(returned: Any, step_fn: Callable[..., Any]) -> Mapping[str, Any]
     raise TypeError(
         f"step function {_name_of(step_fn)} returned {type(returned).__name__}; it "
         "must return a mapping of output names to arrays, or None"
+    )
+
+
+def _refuse_fetches(where: str, fetches: object) -> NoReturn:
+    """Refuse TF1's ``session.run(fetches)``: ``run`` takes a step function.
+
+    TF1 read values with ``session.run(m.lr)``; here a name given to ``run`` would
+    fail inside the step as ``'str' object is not callable``. Say what reads a
+    value instead.
+    """
+    if isinstance(fetches, str):
+        names: list[object] = [fetches]
+    elif isinstance(fetches, Mapping):
+        names = list(fetches.values())
+    elif isinstance(fetches, list | tuple):
+        names = list(fetches)
+    else:
+        names = []
+    if names and all(isinstance(name, str) for name in names):
+        raise TypeError(
+            f"{where}.run({fetches!r}): run takes a step function, not values to read "
+            "(TF1's session.run(fetches)); read a state entry or an output of the last "
+            f"step with session.fetch({fetches!r}), or ask for it in a hook's before_run "
+            f"with SessionRunArgs({fetches!r})"
+        )
+    raise TypeError(
+        f"{where}.run: got {type(fetches).__name__}, not a step function; pass "
+        "step_fn(state, ...) and its arguments: await session.run(step_fn, ...)"
     )
 
 
