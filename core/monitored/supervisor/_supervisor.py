@@ -398,8 +398,21 @@ class Supervisor:
 
     @property
     def saver(self) -> Any:
-        """The ``monitored_checkpoint.Saver`` of the checkpoint service (``None``: off)."""
+        """The ``monitored_checkpoint.Saver`` of the checkpoint service (``None``: off).
+
+        TF1's ``sv.saver.save(sess, path, global_step=sv.global_step)`` works as it
+        is: the saver takes the session (its state) or the state.
+        """
         return self._saver
+
+    @property
+    def global_step(self) -> int:
+        """The global step now: ``state.global_step``.
+
+        TF1's ``sv.global_step`` was the step tensor, read with ``sess.run``; here it
+        is the number itself, read each time (``global_step=sv.global_step``).
+        """
+        return self._state.global_step
 
     @property
     def save_model_secs(self) -> float:

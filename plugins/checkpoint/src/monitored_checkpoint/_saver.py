@@ -25,13 +25,13 @@ import time
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import Any, Final, final
 
 import anyio
 import anyio.to_thread
 import numpy as np
 
-from monitored import is_device_array
+from monitored import TrainState, is_device_array
 
 from ._errors import (
     CheckpointDigestError,
@@ -63,9 +63,6 @@ from ._format import (
     write_checkpoint,
 )
 from ._store import TEMP_MARKER, Store, is_plain_name, open_store, write_all
-
-if TYPE_CHECKING:
-    from monitored import TrainState
 
 __all__ = [
     "MAX_STATE_FILE_BYTES",
@@ -647,16 +644,24 @@ class Saver:
         """Write a checkpoint of ``state`` as ``<save_path>-<step>``; return its path.
 
         ``global_step`` defaults to ``state.global_step``. Blocks until the
-        checkpoint and the state file are on disk.
+        checkpoint and the state file are on disk. ``state`` may also be a session
+        (TF1's ``saver.save(sess, path, global_step=sv.global_step)``): its state is
+        saved (arrays, global step, RNG; the plugins' states only when given as
+        ``plugin_states``, which the checkpoint service does).
         """
+        state = _state_of(state, "Saver.save")
         snapshot = take_snapshot(state, plugin_states, copy=False)
         if global_step is not None:
             snapshot.step = int(global_step)
         return self.write(snapshot, save_path)
 
     def restore(self, state: TrainState, save_path: str | os.PathLike[str]) -> Manifest:
-        """Restore ``state`` from the checkpoint at ``save_path`` (see :func:`restore`)."""
-        return restore(state, save_path)
+        """Restore ``state`` from the checkpoint at ``save_path`` (see :func:`restore`).
+
+        ``state`` may be a session (TF1's ``saver.restore(sess, path)``): its state
+        is restored.
+        """
+        return restore(_state_of(state, "Saver.restore"), save_path)
 
     @property
     def last_checkpoints(self) -> list[str]:
@@ -960,3 +965,17 @@ def _writer_alive(temp_name: str) -> bool:
     except (PermissionError, OverflowError):
         return True
     return True
+
+
+def _state_of(given: object, where: str) -> TrainState:
+    """The ``TrainState`` of ``given``: itself, or a session's (TF1 passed ``sess``)."""
+    if isinstance(given, TrainState):
+        return given
+    state = getattr(given, "state", None)
+    if isinstance(state, TrainState):
+        return state
+    raise TypeError(
+        f"{where}: the first argument is the monitored.TrainState to checkpoint, or the "
+        f"session that trains it (sv.saver.save(sess, path, global_step=sv.global_step)); "
+        f"got {type(given).__name__}"
+    )

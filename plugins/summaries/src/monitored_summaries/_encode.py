@@ -9,7 +9,10 @@ runs of empty buckets folded into one, so TensorBoard draws what TF1 drew.
 
 from __future__ import annotations
 
+import functools
 import io
+import logging
+import re
 import struct
 import sys
 import wave
@@ -22,10 +25,11 @@ from tensorboardX.proto.summary_pb2 import HistogramProto, Summary, SummaryMetad
 from tensorboardX.proto.tensor_pb2 import TensorProto
 from tensorboardX.proto.tensor_shape_pb2 import TensorShapeProto
 
-from ._errors import SummaryValueError
+from ._errors import SummaryNameError, SummaryValueError
 
 __all__ = [
     "TF_BUCKET_LIMITS",
+    "clean_tag",
     "encode",
     "encode_audio",
     "encode_histogram",
@@ -36,6 +40,26 @@ __all__ = [
 ]
 
 _DBL_MAX: Final = sys.float_info.max
+
+log = logging.getLogger("monitored.summaries")
+
+#: What TF1 allowed in a summary name (``summary_op_util``): word characters, ``-``,
+#: ``/`` and ``.``; anything else becomes ``_``.
+_INVALID_TAG_CHARACTERS: Final = re.compile(r"[^-/\w.]")
+
+
+@functools.lru_cache(maxsize=4096)
+def clean_tag(name: str) -> str:
+    """``name`` as TF1 made it a tag: other characters become ``_``, leading ``/`` go.
+
+    So ``"Train/Training Loss"`` is written as ``Train/Training_Loss``, the tag
+    dashboards and scripts of TF1 runs look up. A name that changes is said once at
+    INFO, as TF1 did (cached: a name written every step costs one lookup).
+    """
+    cleaned = _INVALID_TAG_CHARACTERS.sub("_", name).lstrip("/")
+    if cleaned != name:
+        log.info("Summary name %r is illegal; using %r instead", name, cleaned)
+    return cleaned
 
 
 def _tf_bucket_limits() -> np.ndarray:
@@ -239,9 +263,18 @@ def encode_text(name: str, text: Any, step: int) -> list[Summary.Value]:
 def encode(
     records: Sequence[tuple[str, str, Any, Mapping[str, Any]]], host: Sequence[Any], step: int
 ) -> Summary:
-    """One ``Summary`` holding every record of a step, with its host value."""
+    """One ``Summary`` holding every record of a step, with its host value.
+
+    Names become tags by TF1's rules (:func:`clean_tag`).
+    """
     values: list[Summary.Value] = []
-    for (kind, name, _, extra), value in zip(records, host, strict=True):
+    for (kind, raw_name, _, extra), value in zip(records, host, strict=True):
+        name = clean_tag(raw_name)
+        if not name:
+            raise SummaryNameError(
+                f"{kind} {raw_name!r} at step {step}: nothing is left of the name once "
+                "TF1's rules clean it (letters, digits, '_', '-', '/', '.'; no leading '/')"
+            )
         if kind == "scalar":
             values += encode_scalar(name, value, step)
         elif kind == "histogram":

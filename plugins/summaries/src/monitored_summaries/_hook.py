@@ -3,10 +3,18 @@
 Timing is TF1's: the first step after the session is created is written, then
 one step every ``save_steps`` steps (or ``save_secs`` seconds); with
 ``save_steps=3`` and a last step of 7 the steps written are 1, 4 and 7.
-Whether a step is due is decided after the previous step (TF1 predicts the
-next global step the same way), so a step that is not due costs one call of a
-synchronous ``after_run`` that compares two integers: no ``before_run`` (unless
-summaries are fetched by name), no coroutine, no fetch.
+With ``save_steps`` whether a step is due is decided after the previous step
+(TF1 predicts the next global step the same way), so a step that is not due
+costs one call of a synchronous ``after_run`` that compares two integers: no
+``before_run`` (unless summaries are fetched by name), no coroutine, no fetch.
+With ``save_secs`` the clock is read when the step starts, as TF1's
+``before_run`` read it (time that passes between two runs counts for the next
+step): a synchronous ``before_run`` reading the clock, and the same
+``after_run`` comparing integers.
+
+A due step that records nothing (a validation or test step run in the same
+session, which calls no ``summaries.*`` function and fetches nothing) does not
+use up the slot: the next step that records something is written instead.
 
 The hook also writes TF1's ``SessionLog`` events, which is how TensorBoard shows
 a resumed run as one curve: ``START`` when the session is created (at the step
@@ -21,9 +29,10 @@ import contextlib
 import logging
 import math
 import os
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from time import monotonic
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio.to_thread
 from tensorboardX.proto.event_pb2 import SessionLog
@@ -42,6 +51,9 @@ if TYPE_CHECKING:
 __all__ = ["SummarySaverHook"]
 
 log = logging.getLogger("monitored.summaries")
+
+#: ``_arm_after`` of a ``save_secs`` hook: its ``after_run`` never arms (``before_run`` does).
+_NEVER: Final = sys.maxsize
 
 
 class SummarySaverHook:
@@ -83,10 +95,17 @@ class SummarySaverHook:
     )
 
     def __new__(cls, *args: Any, **kwargs: Any) -> SummarySaverHook:
-        # Only a hook that fetches by name has a before_run: the core calls no
-        # before_run at all for the others, on any step.
-        if cls is SummarySaverHook and (kwargs.get("scalars") or kwargs.get("histograms")):
-            cls = _FetchingSummarySaverHook
+        # Only a hook that fetches by name or reads the clock has a before_run: the
+        # core calls no before_run at all for the others, on any step.
+        if cls is SummarySaverHook:
+            fetching = bool(kwargs.get("scalars") or kwargs.get("histograms"))
+            timed = kwargs.get("save_secs", args[1] if len(args) > 1 else None) is not None
+            if fetching and timed:
+                cls = _TimedFetchingSummarySaverHook
+            elif fetching:
+                cls = _FetchingSummarySaverHook
+            elif timed:
+                cls = _TimedSummarySaverHook
         return object.__new__(cls)
 
     def __init__(
@@ -141,7 +160,7 @@ class SummarySaverHook:
         self._timer = SecondOrStepTimer(every_secs=save_secs, every_steps=save_steps)
         self._every_steps = save_steps
         self._every_secs = save_secs
-        self._arm_after = 0
+        self._arm_after = 0 if save_steps is not None else _NEVER
         self._due_at = -math.inf
         self._last_written: int | None = None
         self._recorder: _record.Recorder | None = None
@@ -165,7 +184,7 @@ class SummarySaverHook:
             self._writer = FileWriterCache.get(self.output_dir)
         self._timer.reset()
         self._last_written = None
-        self._arm_after = 0
+        self._arm_after = 0 if self._every_steps is not None else _NEVER
         self._due_at = -math.inf
 
     def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
@@ -189,17 +208,18 @@ class SummarySaverHook:
         # Sync on purpose: on a step that is not due nothing is made, fetched or awaited.
         recorder = self._recorder
         if recorder is None:
-            # save_steps: nothing until the step before the next due one; save_secs:
-            # a clock read (the timer, a method call, decides only once time is up).
+            # save_steps: nothing until the step before the next due one (the timer, a
+            # method call, decides only then); save_secs: never (before_run arms).
             step = run_context.session.state.global_step
-            if (
-                step >= self._arm_after
-                and monotonic() >= self._due_at
-                and self._timer.should_trigger_for_step(step + 1)
-            ):
+            if step >= self._arm_after and self._timer.should_trigger_for_step(step + 1):
                 self._arm(step + 1)
             return
-        self._write_step(run_context.session, recorder, run_values.results)
+        results = run_values.results
+        if results is None and not recorder.records:
+            # A step that recorded nothing (a validation step) leaves the slot to the next.
+            recorder.step = run_context.session.state.global_step + 1
+            return
+        self._write_step(run_context.session, recorder, results)
 
     def end(self, session: MonitoredSession) -> Any:
         return self._end(session)
@@ -343,6 +363,32 @@ class _FetchingSummarySaverHook(SummarySaverHook):
         if self._recorder is None:
             return None
         return SessionRunArgs(self._fetches())
+
+
+class _TimedSummarySaverHook(SummarySaverHook):
+    """A :class:`SummarySaverHook` with ``save_secs``: the clock is read as the step starts."""
+
+    __slots__ = ()
+
+    def before_run(self, run_context: SessionRunContext) -> SessionRunArgs | None:
+        if self._recorder is None and monotonic() >= self._due_at:
+            step = run_context.session.state.global_step + 1
+            if self._timer.should_trigger_for_step(step):
+                self._arm(step)
+        return None
+
+
+class _TimedFetchingSummarySaverHook(_FetchingSummarySaverHook):
+    """``save_secs`` and ``scalars``/``histograms``: armed as the step starts, then fetches."""
+
+    __slots__ = ()
+
+    def before_run(self, run_context: SessionRunContext) -> SessionRunArgs | None:
+        if self._recorder is None and monotonic() >= self._due_at:
+            step = run_context.session.state.global_step + 1
+            if self._timer.should_trigger_for_step(step):
+                self._arm(step)
+        return super().before_run(run_context)
 
 
 def _names(argument: str, names: Iterable[str]) -> tuple[str, ...]:

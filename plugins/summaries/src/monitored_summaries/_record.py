@@ -22,6 +22,7 @@ import numpy as np
 
 from monitored import is_device_array
 
+from ._encode import clean_tag
 from ._errors import SummaryNameError, SummaryValueError
 
 __all__ = ["audio", "histogram", "hparams", "image", "scalar", "text"]
@@ -77,10 +78,12 @@ def current() -> Recorder | None:
 
 
 def _check_name(kind: str, name: object, step: int) -> str:
-    if not isinstance(name, str) or not name:
+    """``name``, checked: a string that TF1's rules leave non-empty (it is written cleaned)."""
+    if not isinstance(name, str) or not clean_tag(name):
         raise SummaryNameError(
-            f"summaries.{kind} at step {step}: the summary name must be a non-empty string, "
-            f"got {name!r}"
+            f"summaries.{kind} at step {step}: the summary name must be a non-empty string "
+            "with a letter, digit, '_', '-' or '.' (TF1 writes other characters as '_' and "
+            f"drops leading '/'), got {name!r}"
         )
     return name
 

@@ -95,6 +95,9 @@ class FileWriter:
         )
         try:
             self._events = EventsWriter(os.path.join(where, "events"), suffix)
+            # The file's header goes to disk now, as TF1's writer did: a run killed
+            # before its first flush still leaves a readable event file, not 0 bytes.
+            self._events.flush()
         except OSError as exc:
             if self._dir.local is None:
                 shutil.rmtree(where, ignore_errors=True)
