@@ -5,8 +5,8 @@ by hand; the ports run the hook in a real ``MonitoredSession`` (so ``end`` runs 
 exit). Tensors become step outputs or state entries; ``time.time`` mocks become a
 fake clock for ``monitored._core._timer``; TF's fake summary writer becomes a
 ``write_summaries`` sink. ``CheckpointSaverHook``'s tests are in
-``test_tf1_checkpoint_hook.py``; ``SummarySaverHook`` has no plugin yet (see
-``tests/tf1/README.md``).
+``test_tf1_checkpoint_hook.py``, ``SummarySaverHook``'s in ``test_tf1_summary_hook.py``
+(see ``tests/tf1/README.md``).
 """
 
 from __future__ import annotations

@@ -106,3 +106,51 @@ async def test_hparams_for_the_dashboard(logdir: str, events: Any) -> None:
     assert [m.name.tag for m in found["experiment"][1].experiment.metric_infos] == ["final_loss"]
     assert len(found["session_end_info"]) == 1
     assert scalars["final_loss"] == 0.25
+
+
+# -- issue 22: TF1's tag rules ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "tag"),
+    [
+        ("Train/Training Loss", "Train/Training_Loss"),
+        ("/Valid/loss", "Valid/loss"),
+        ("//a", "a"),
+        ("a:b(c)", "a_b_c_"),
+        ("a.b-c/d_e", "a.b-c/d_e"),
+        ("précision", "précision"),  # TF1's \w on Python 3 is Unicode
+    ],
+)
+def test_clean_tag_follows_tf1s_rules(name: str, tag: str) -> None:
+    from monitored_summaries._encode import clean_tag
+
+    assert clean_tag(name) == tag
+
+
+def test_a_cleaned_name_is_said_once_at_info(caplog: pytest.LogCaptureFixture) -> None:
+    from monitored_summaries._encode import clean_tag
+
+    clean_tag.cache_clear()
+    with caplog.at_level("INFO", logger="monitored.summaries"):
+        for _ in range(3):
+            clean_tag("Said Once")
+    said = [r for r in caplog.records if "is illegal; using 'Said_Once'" in r.getMessage()]
+    assert len(said) == 1
+
+
+async def test_a_name_that_cleans_to_nothing_is_refused_naming_it(logdir: str) -> None:
+    def bad_step(state: TrainState) -> None:
+        state.global_step += 1
+        summaries.scalar("/", 1.0)
+
+    with pytest.raises(summaries.SummaryNameError, match=r"got '/'"):
+        async with MonitoredSession(
+            TrainState(), hooks=[SummarySaverHook(save_steps=1, output_dir=logdir)]
+        ) as s:
+            await s.run(bad_step)
+
+
+def test_encode_refuses_a_name_that_cleans_to_nothing() -> None:
+    from monitored_summaries._encode import encode
+
+    with pytest.raises(summaries.SummaryNameError, match="nothing is left of the name"):
+        encode([("scalar", "///", 1.0, {})], [1.0], 3)

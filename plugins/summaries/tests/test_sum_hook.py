@@ -251,3 +251,55 @@ async def test_save_secs_writes_again_once_the_time_is_up(
 ) -> None:
     await train([SummarySaverHook(save_secs=1e-9, output_dir=logdir)], 3)
     assert [s for s, _ in scalars(events(logdir))["loss"]] == [1, 2, 3]
+
+
+# -- issue 22: steps that run rarely, save_secs read as the step starts ---------------------------
+def validation_step(state: TrainState) -> dict[str, Any]:
+    """Records nothing and leaves the global step alone (a validation or test step)."""
+    return {"cost": np.float32(2.0)}
+
+
+async def test_a_due_step_that_records_nothing_leaves_the_slot_to_the_next_step_that_records(
+    logdir: str, events: Any, scalars: Any
+) -> None:
+    hook = SummarySaverHook(save_steps=3, output_dir=logdir)
+    async with MonitoredSession(TrainState(), hooks=[hook]) as s:
+        await s.run(validation_step)  # due (the first step): nothing recorded
+        await s.run(step)  # step 1 records: it is written
+        for _ in range(3):
+            await s.run(step)  # 2, 3, 4: 4 is due
+            await s.run(validation_step)
+        await s.run(step)  # 5
+    assert [s for s, _ in scalars(events(logdir))["loss"]] == [1, 4]
+
+
+async def test_save_secs_reads_the_clock_when_the_step_starts(
+    logdir: str, events: Any, scalars: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [1000.0]
+    monkeypatch.setattr("monitored._core._timer.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("monitored_summaries._hook.monotonic", lambda: now[0])
+    hook = SummarySaverHook(save_secs=10, output_dir=logdir)
+    assert hasattr(hook, "before_run"), "a save_secs hook reads the clock in before_run"
+    assert not hasattr(SummarySaverHook(save_steps=3, output_dir=logdir), "before_run")
+    async with MonitoredSession(TrainState(), hooks=[hook]) as s:
+        await s.run(step)  # 1: the first step
+        now[0] += 10  # the time passes between two runs
+        await s.run(step)  # 2: due when it starts (read after step 1 it was not)
+        now[0] += 5
+        await s.run(step)
+        await s.run(step)
+    assert [s for s, _ in scalars(events(logdir))["loss"]] == [1, 2]
+
+
+async def test_save_secs_given_positionally_reads_the_clock_too(logdir: str) -> None:
+    assert hasattr(SummarySaverHook(None, 10, logdir), "before_run")
+    assert hasattr(SummarySaverHook(None, 10, logdir, scalars=["lr"]), "before_run")
+
+
+async def test_save_secs_with_fetches_fetches_on_due_steps(
+    logdir: str, events: Any, scalars: Any
+) -> None:
+    hook = SummarySaverHook(save_secs=3600, output_dir=logdir, scalars=["lr"])
+    await train([hook], 3)
+    assert [s for s, _ in scalars(events(logdir))["lr"]] == [1, 3]  # the first and the end
