@@ -181,3 +181,86 @@ def test_gradient_layouts_are_compared_naming_the_variables() -> None:
         "compression fp16 here, compression None on rank 0",
         "no gradient for 'b' here (rank 0 passes one)",
     ]
+
+
+# -- issue 22: Horovod's names ------------------------------------------------------------------
+def test_local_rank_and_local_size_alone_are_0_and_1(unprobed: None) -> None:
+    assert (monitored_mpi.local_rank(), monitored_mpi.local_size()) == (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("init", "not needed: MPI is initialized when it is first needed"),
+        ("shutdown", "not needed: MPI is finalized when the process exits"),
+        (
+            "BroadcastGlobalVariablesHook",
+            "the chief's state (arrays, global step, RNG, plugin states) is broadcast to every "
+            "rank when the session is created: drop the hook",
+        ),
+        ("broadcast_global_variables", "monitored_mpi.broadcast(x, root=0)"),
+        ("broadcast_variables", "is broadcast to every rank when the session is created"),
+        ("Adasum", "not supported: DistributedOptimizer averages (op=Average) or sums"),
+        ("DistributedGradientTape", "not needed: there is no gradient tape"),
+    ],
+)
+def test_horovod_names_with_no_meaning_here_say_why(name: str, says: str) -> None:
+    with pytest.raises(AttributeError, match=f"monitored_mpi.{name}: ") as info:
+        getattr(monitored_mpi, name)
+    assert says in str(info.value)
+    assert "From Horovod" in str(info.value)
+
+
+def test_an_unknown_name_is_a_plain_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="has no attribute 'nothing_like_this'"):
+        monitored_mpi.nothing_like_this  # noqa: B018
+    assert not hasattr(monitored_mpi, "init")
+
+
+def test_horovods_constants_are_what_the_functions_take() -> None:
+    assert (monitored_mpi.Average, monitored_mpi.Sum) == ("mean", "sum")
+    assert (monitored_mpi.Compression.none, monitored_mpi.Compression.fp16) == (None, "fp16")
+    sgd = monitored.train.GradientDescentOptimizer(0.1)
+    opt = monitored_mpi.DistributedOptimizer(
+        sgd, op=monitored_mpi.Sum, compression=monitored_mpi.Compression.fp16
+    )
+    assert "op='sum'" in repr(opt)
+    x = np.arange(3.0)
+    np.testing.assert_array_equal(monitored_mpi.allreduce(x, monitored_mpi.Sum), x)
+
+
+@pytest.mark.parametrize(
+    ("argument", "says"),
+    [
+        ("name", "there is no graph"),
+        ("device_dense", "arrays stay where they are"),
+        ("sparse_as_dense", "IndexedSlices gradients are gathered"),
+        ("backward_passes_per_step", "add up the gradients of several batches"),
+        ("groups", "already fused into one reduction per step"),
+        ("process_set", "every rank of the job takes part"),
+    ],
+)
+def test_horovods_optimizer_arguments_with_no_meaning_here_say_why(
+    argument: str, says: str
+) -> None:
+    sgd = monitored.train.GradientDescentOptimizer(0.1)
+    with pytest.raises(
+        monitored.UnsupportedArgumentError, match=rf"DistributedOptimizer\({argument}=...\): "
+    ) as info:
+        monitored_mpi.DistributedOptimizer(sgd, **{argument: 1})
+    assert says in str(info.value)
+
+
+def test_gradient_predivide_factor_other_than_1_says_it_is_not_needed() -> None:
+    sgd = monitored.train.GradientDescentOptimizer(0.1)
+    monitored_mpi.DistributedOptimizer(sgd, gradient_predivide_factor=1.0)  # Horovod's default
+    with pytest.raises(monitored.UnsupportedArgumentError, match="summed in float32"):
+        monitored_mpi.DistributedOptimizer(sgd, gradient_predivide_factor=2.0)
+
+
+def test_the_distributed_optimizer_refuses_an_unknown_op_or_argument() -> None:
+    sgd = monitored.train.GradientDescentOptimizer(0.1)
+    with pytest.raises(ValueError, match="Adasum is not supported"):
+        monitored_mpi.DistributedOptimizer(sgd, op="adasum")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'learning_rat'"):
+        monitored_mpi.DistributedOptimizer(sgd, learning_rat=0.1)

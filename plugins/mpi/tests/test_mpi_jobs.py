@@ -172,6 +172,10 @@ def test_collectives_and_the_distributed_optimizer_average_over_ranks(run_mpi: A
         assert r["large"]["c"], rank
         assert r["large"]["dtypes"] == ["<f4", "<f8", "<f4"]
         assert r["large"]["self_world"], rank
+        # op=Sum: the sum over the ranks 1 + 2 + 3, sparse rows not divided.
+        assert r["summed"] == [[6.0, 6.0], [[1.0, 1.0]] * 3]
+    # One machine: the local ranks are the ranks.
+    assert [r.pop("local") for r in results.values()] == [[0, 3], [1, 3], [2, 3]]
     assert all(r == results[0] for r in results.values())
     refusals = results[0]["refusals"]
     assert refusals["allreduce_dtype"].startswith(

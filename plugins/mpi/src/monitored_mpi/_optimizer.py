@@ -26,7 +26,7 @@ from typing import Any, Final, Literal, final
 
 import numpy as np
 
-from monitored import IndexedSlices, TrainState
+from monitored import IndexedSlices, TrainState, UnsupportedArgumentError
 from monitored.train import Optimizer
 
 from ._collectives import allgather, mismatch, signature
@@ -43,12 +43,54 @@ __all__ = ["DistributedOptimizer"]
 SCATTER_BYTES: Final = 1 << 20
 
 
+#: Horovod's ``DistributedOptimizer`` arguments that have no meaning here, and why.
+HOROVOD_ARGUMENTS: Final = {
+    "name": "there is no graph to name ops in; drop it",
+    "use_locking": "there are no graph variables to lock; drop it",
+    "device_dense": "arrays stay where they are (NumPy on the host, CuPy on its device); drop it",
+    "device_sparse": "arrays stay where they are (NumPy on the host, CuPy on its device); drop it",
+    "sparse_as_dense": (
+        "IndexedSlices gradients are gathered from every rank (rows and indices), as "
+        "Horovod's default did; to average one densely, pass a dense gradient; drop it"
+    ),
+    "backward_passes_per_step": (
+        "not supported: add up the gradients of several batches in your step and call "
+        "apply_gradients once"
+    ),
+    "average_aggregated_gradients": (
+        "not supported: add up the gradients of several batches in your step and call "
+        "apply_gradients once"
+    ),
+    "num_groups": (
+        "every dense gradient of one dtype is already fused into one reduction per step; drop it"
+    ),
+    "groups": (
+        "every dense gradient of one dtype is already fused into one reduction per step; drop it"
+    ),
+    "process_set": "every rank of the job takes part; drop it",
+    "scale_local_gradients": "there are no local (rank-only) variables here; drop it",
+}
+
+
 @final
 class DistributedOptimizer:
     """Wraps ``optimizer`` so that ``apply_gradients``/``minimize`` average gradients.
 
     Every other attribute is the wrapped optimizer's (slots, learning rate,
     name). Alone (no ``mpiexec``), gradients pass through untouched.
+
+    Args:
+        optimizer: a ``monitored.train`` optimizer.
+        compression: ``None`` or ``"fp16"`` (Horovod's ``Compression.fp16``:
+            ``monitored_mpi.Compression.fp16``).
+        op: ``"mean"`` (the average, Horovod's ``op=hvd.Average``:
+            ``monitored_mpi.Average``) or ``"sum"`` (``monitored_mpi.Sum``).
+        gradient_predivide_factor: Horovod's split of the averaging around the
+            sum; only its default ``1.0`` is accepted (see below).
+
+    Horovod's other arguments (``name``, ``device_dense``, ``sparse_as_dense``,
+    ``backward_passes_per_step``, ...) are refused with what to do instead
+    (:class:`~monitored.UnsupportedArgumentError`).
     """
 
     __slots__ = (
@@ -57,6 +99,7 @@ class DistributedOptimizer:
         "_layout",
         "_layout_signature",
         "_layout_text",
+        "_mean",
         "_optimizer",
         "_world",
     )
@@ -66,19 +109,43 @@ class DistributedOptimizer:
         optimizer: Optimizer,
         *,
         compression: Literal["fp16"] | None = None,
+        op: Literal["mean", "sum"] = "mean",
+        gradient_predivide_factor: float = 1.0,
         world_: World | None = None,
+        **horovod: Any,
     ) -> None:
         if not isinstance(optimizer, Optimizer):
             raise TypeError(
                 "DistributedOptimizer wraps a monitored.train optimizer, got "
                 f"{type(optimizer).__name__}"
             )
+        for argument in horovod:
+            why = HOROVOD_ARGUMENTS.get(argument)
+            if why is None:
+                raise TypeError(
+                    f"DistributedOptimizer() got an unexpected keyword argument {argument!r}"
+                )
+            raise UnsupportedArgumentError(f"DistributedOptimizer({argument}=...): {why}")
         if compression not in (None, "fp16"):
             raise ValueError(
-                f"DistributedOptimizer: compression must be None or 'fp16', got {compression!r}"
+                f"DistributedOptimizer: compression must be None or 'fp16' "
+                f"(monitored_mpi.Compression.none or .fp16), got {compression!r}"
+            )
+        if op not in ("mean", "sum"):
+            raise ValueError(
+                f"DistributedOptimizer: op must be 'mean' (monitored_mpi.Average) or 'sum' "
+                f"(monitored_mpi.Sum), got {op!r}; Horovod's Adasum is not supported"
+            )
+        if gradient_predivide_factor != 1.0:
+            raise UnsupportedArgumentError(
+                f"DistributedOptimizer(gradient_predivide_factor={gradient_predivide_factor!r})"
+                ": not needed here. Horovod divides before the sum to keep float16 sums from "
+                "overflowing; here compression='fp16' gradients are summed in float32 and "
+                "other dtypes in their own, then divided once by the number of ranks: drop it"
             )
         self._optimizer = optimizer
         self._compression = compression
+        self._mean = op == "mean"
         self._world = world_
         #: Receive buffers by (role, dtype, size), reused from step to step by apply_gradients
         #: (a fresh 40 MB buffer per step costs its page faults every step).
@@ -97,7 +164,11 @@ class DistributedOptimizer:
         return getattr(self._optimizer, name)
 
     def __repr__(self) -> str:
-        return f"DistributedOptimizer({self._optimizer!r}, compression={self._compression!r})"
+        op = "mean" if self._mean else "sum"
+        return (
+            f"DistributedOptimizer({self._optimizer!r}, compression={self._compression!r}, "
+            f"op={op!r})"
+        )
 
     def compute_gradients(
         self, state: TrainState, fn: Any, var_list: Iterable[str] | None = None
@@ -161,7 +232,8 @@ class DistributedOptimizer:
         layout = tuple(_layout_entry(name, grad) for name, grad in pairs)
         if layout != self._layout:
             text = "\n".join(f"{entry[0]}\t{_show_entry(entry)}" for entry in layout)
-            self._layout_text = f"compression {self._compression}\n{text}"
+            op = "mean" if self._mean else "sum"
+            self._layout_text = f"compression {self._compression}, op {op}\n{text}"
             self._layout_signature = np.array(signature(self._layout_text), dtype=np.int64)
             self._layout = layout
         signatures = np.empty((w.size, 2), dtype=np.int64)
@@ -177,7 +249,7 @@ class DistributedOptimizer:
             raise CollectiveMismatchError(
                 "DistributedOptimizer: the ranks pass different gradients; every rank must "
                 "pass the same variables in the same order, with the same dtypes and shapes "
-                "(and the same compression):\n  " + "\n  ".join(lines)
+                "(and the same compression and op):\n  " + "\n  ".join(lines)
             )
 
     def _average(
@@ -218,7 +290,7 @@ class DistributedOptimizer:
             averaged = False
         else:
             total = self._buffer(packed.dtype, packed.size, reuse)
-            averaged = packed.nbytes >= SCATTER_BYTES
+            averaged = self._mean and packed.nbytes >= SCATTER_BYTES
             if averaged:
                 self._reduce_scatter_average(packed, total, w, what, reuse)
             else:
@@ -229,7 +301,7 @@ class DistributedOptimizer:
             part = total[start : start + host.size].reshape(host.shape)
             part = part.astype(host.dtype, copy=False)
             start += host.size
-            if not averaged:
+            if not averaged and self._mean:
                 _divide(part, w.size)
             out[name] = like(part, grad)
         return out
@@ -279,7 +351,8 @@ class DistributedOptimizer:
         values = allgather(grad.values, name=f"gradient rows of {name!r}", world_=w)
         indices = allgather(grad.indices, name=f"gradient indices of {name!r}", world_=w)
         host_values = np.concatenate([host_of(v) for v in values])
-        host_values /= host_values.dtype.type(w.size)
+        if self._mean:
+            host_values /= host_values.dtype.type(w.size)
         host_indices = np.concatenate([host_of(i) for i in indices])
         return IndexedSlices(
             like(host_values, grad.values), like(host_indices, grad.indices), grad.dense_shape

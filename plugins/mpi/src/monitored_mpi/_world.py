@@ -82,7 +82,7 @@ class World:
     the two never match each other's messages.
     """
 
-    __slots__ = ("MPI", "comm", "control", "rank", "size", "timeout")
+    __slots__ = ("MPI", "comm", "control", "local_rank", "local_size", "rank", "size", "timeout")
 
     def __init__(self, comm: Any, mpi: Any, timeout: float | None = None) -> None:
         self.MPI = mpi
@@ -90,6 +90,12 @@ class World:
         self.control = comm.Dup()
         self.rank: int = comm.Get_rank()
         self.size: int = comm.Get_size()
+        # The ranks sharing this machine (Horovod's local_rank, to pick a GPU): found
+        # once here, where every rank takes part, as it must in a split.
+        node = comm.Split_type(mpi.COMM_TYPE_SHARED, key=self.rank)
+        self.local_rank: int = node.Get_rank()
+        self.local_size: int = node.Get_size()
+        node.Free()
         self.timeout = _timeout_from_env() if timeout is None else timeout
 
     def wait(self, request: Any, what: str, timeout: float | None = None) -> None:

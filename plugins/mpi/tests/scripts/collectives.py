@@ -62,6 +62,14 @@ grads = {
     "e": monitored.IndexedSlices(np.full((1, 2), float(RANK)), [RANK % 4], (4, 2)),
 }
 opt.apply_gradients(state, grads)
+summed = monitored_mpi.DistributedOptimizer(
+    monitored.train.GradientDescentOptimizer(1.0), op=monitored_mpi.Sum
+).reduce_gradients(
+    {
+        "d": np.full(2, RANK + 1.0),
+        "s": monitored.IndexedSlices(np.full((1, 2), 1.0), [RANK % 4], (4, 2)),
+    }
+)
 fp16 = monitored_mpi.DistributedOptimizer(
     monitored.train.GradientDescentOptimizer(1.0), compression="fp16"
 ).reduce_gradients([(np.full(2, 0.5 * (RANK + 1)), "x")])
@@ -103,6 +111,8 @@ result = {
     "e": state["e"].tolist(),
     "fp16": [fp16[0][0].tolist(), fp16[0][0].dtype.str],
     "large": large,
+    "summed": [summed["d"].tolist(), summed["s"].values.tolist()],
+    "local": [monitored_mpi.local_rank(), monitored_mpi.local_size()],
     "spec": monitored_mpi.world() is not None,
     "refusals": refusals,
 }
