@@ -87,3 +87,60 @@ def test_tf1_cifar10_port_feeding_the_rate_from_a_hook_equals_the_schedule() -> 
     assert port.OPTIMIZER.learning_rate == schedule(149)  # set, as a number, every step
     for name in scheduled:
         np.testing.assert_array_equal(fed[name], scheduled[name], err_msg=name)
+
+
+def test_tf1_ptb_supervisor_port_resumes_bit_for_bit(
+    tmp_path: Path, monkeypatch: Any, caplog: Any
+) -> None:
+    # Issue 22's Supervisor script: an epoch loop with a learning rate assigned each
+    # epoch, validation and test passes, summaries and sv.saver.save(session, ...),
+    # killed (stopped) in the middle of an epoch and started again.
+    monkeypatch.delenv("MONITORED_DISABLE_PLUGIN_AUTOLOAD")  # checkpoints and summaries
+    port = load("tf1_ptb_supervisor")
+    straight, straight_results = anyio.run(
+        lambda: port.main(str(tmp_path / "straight"), max_max_epoch=3)
+    )
+    with caplog.at_level(logging.WARNING, logger="monitored"):
+        stopped, _ = anyio.run(
+            lambda: port.main(str(tmp_path / "resumed"), max_max_epoch=3, stop_at_step=70)
+        )
+        assert stopped.global_step == 70  # in the middle of the second epoch (49 steps each)
+        resumed, resumed_results = anyio.run(
+            lambda: port.main(str(tmp_path / "resumed"), max_max_epoch=3)
+        )
+    assert "has not been increased" not in caplog.text, "validation steps are not warned about"
+    assert resumed.global_step == straight.global_step == 3 * 49
+    assert sorted(resumed) == sorted(straight)
+    for name in straight:
+        np.testing.assert_array_equal(resumed[name], straight[name], err_msg=name)
+    assert resumed.rng_state == straight.rng_state
+    for key in ("valid/2", "valid/3", "test"):
+        assert resumed_results[key] == straight_results[key], key
+    assert straight_results["valid/3"] < straight_results["valid/1"] < 24  # it learns
+    # sv.saver.save(session, save_path, global_step=sv.global_step): TF1's <save_path>-<step>.
+    assert (tmp_path / f"resumed-{resumed.global_step}.json").exists()
+    import monitored_summaries
+
+    tags = {
+        value.tag
+        for path in (tmp_path / "resumed").glob("events.out.tfevents.*")
+        for event in monitored_summaries.summary_iterator(path)
+        for value in event.summary.value
+    }
+    assert {"Train/Training_Loss", "Train/Learning_Rate", "Valid/Validation_Perplexity"} <= tags
+
+
+def test_horovod_digits_port_alone_learns_and_resumes_bit_for_bit(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    # One process: the Horovod-style script runs unchanged (mpiexec runs are in
+    # plugins/mpi/tests/test_mpi_jobs.py).
+    monkeypatch.delenv("MONITORED_DISABLE_PLUGIN_AUTOLOAD")
+    port = load("horovod_digits")
+    straight = anyio.run(port.main, ["--steps", "120", "--checkpoint-dir", str(tmp_path / "a")])
+    anyio.run(port.main, ["--steps", "60", "--checkpoint-dir", str(tmp_path / "b")])
+    resumed = anyio.run(port.main, ["--steps", "120", "--checkpoint-dir", str(tmp_path / "b")])
+    assert resumed.global_step == straight.global_step == 120
+    assert port.digest(resumed) == port.digest(straight)
+    _, x_test, _, y_test = port.load_data()
+    assert port.accuracy(straight, x_test, y_test) > 0.85

@@ -206,6 +206,37 @@ def test_the_distributed_example_learns_on_two_ranks(run_mpi: Any) -> None:
     assert float(line.split("accuracy ")[1].split()[0]) > 0.85
 
 
+def test_the_horovod_example_with_rank_0_checkpoints_resumes_bit_for_bit(
+    run_mpi: Any, tmp_path: Path
+) -> None:
+    # Issue 22: Horovod's TF1 script ported (checkpoint_dir on rank 0 only, a per-rank
+    # generator through prefetch, StopAtStepHook(last_step // size)), stopped and
+    # started again, ends with the bits of an uninterrupted run on every rank.
+    example = Path(__file__).parents[3] / "examples" / "horovod_digits.py"
+
+    def weights(steps: int, directory: Path) -> dict[str, str]:
+        proc, _ = run_mpi(
+            2, example, "--steps", str(steps), "--checkpoint-dir", str(directory), pass_out=False
+        )
+        _ok(proc)
+        assert "BroadcastGlobalVariablesHook" not in proc.stderr
+        return dict(
+            line.split(" weights ")
+            for line in proc.stdout.splitlines()
+            if line.startswith("rank ") and " weights " in line
+        )
+
+    straight = weights(120, tmp_path / "a")
+    weights(60, tmp_path / "b")
+    resumed = weights(120, tmp_path / "b")
+    assert set(straight) == {"rank 0", "rank 1"}
+    assert len(set(straight.values())) == 1, "every rank holds the same weights"
+    assert resumed == straight
+    # Rank 0 wrote every checkpoint: the last at step 120 // 2.
+    assert (tmp_path / "b" / "model.ckpt-60.json").exists()
+    assert not (tmp_path / "b" / "model.ckpt-61.json").exists()
+
+
 @pytest.mark.parametrize("n", [2, 3])
 @pytest.mark.parametrize("batches", [12, 13])
 def test_a_sharded_evaluation_gives_every_rank_the_results_over_all_shards(
