@@ -11,10 +11,12 @@
   the shared machine hits all of them; medians over the repeats. The first
   steps of each session (the first write, the warm-up) are run before timing
   starts and reported apart: the mean of the first 2 000 steps.
-* **after_run alone**: the plugin's whole cost on a step that is not due is
-  one call of ``SummarySaverHook.after_run``; timed here directly (a million
-  calls, best of the repeats, minus the same loop calling a no-op method), a
-  figure the machine's noise barely moves.
+* **the hook's calls alone**: the plugin's whole cost on a step that is not
+  due is one call of ``SummarySaverHook.after_run`` (``save_steps``), or one
+  ``before_run`` reading the clock and one ``after_run`` (``save_secs``: the
+  clock is read as the step starts, as TF1's); timed here directly (a million
+  steps' calls, best of the repeats, minus the same loop calling as many no-op
+  methods), a figure the machine's noise barely moves.
 * **due**: every step due, each recording 10 scalars and one histogram of a
   1M-element float32 array (TF's buckets), written to a temporary directory,
   against the same steps writing the same with ``tensorboardX.SummaryWriter``
@@ -136,9 +138,13 @@ class _Capture:
     def noop(self, run_context: Any, run_values: Any) -> None:
         return None
 
+    def noop_before(self, run_context: Any) -> None:
+        return None
+
 
 async def after_run_alone(repeats: int, logdir: str) -> dict[str, float]:
-    """ns per call of a not-due ``after_run``, minus a no-op call: best of ``repeats``."""
+    """ns per not-due step of the hook's calls (``before_run`` where it has one, then
+    ``after_run``), minus as many no-op calls: best of ``repeats``."""
     out: dict[str, float] = {}
     for name, kwargs in (("save_steps", {"save_steps": 10**9}), ("save_secs", {"save_secs": 1e9})):
         hook = SummarySaverHook(output_dir=logdir, **kwargs)
@@ -150,11 +156,22 @@ async def after_run_alone(repeats: int, logdir: str) -> dict[str, float]:
             args = capture.args
             n = 1_000_000
             best = {"hook": math.inf, "noop": math.inf}
+            before = getattr(hook, "before_run", None)
+            calls = {
+                "hook": (before, hook.after_run),
+                "noop": (capture.noop_before if before else None, capture.noop),
+            }
+            context = args[0]
             for _ in range(repeats):
-                for label, fn in (("hook", hook.after_run), ("noop", capture.noop)):
+                for label, (first, then) in calls.items():
                     start = time.perf_counter()
-                    for _ in range(n):
-                        fn(*args)
+                    if first is None:
+                        for _ in range(n):
+                            then(*args)
+                    else:
+                        for _ in range(n):
+                            first(context)
+                            then(*args)
                     best[label] = min(best[label], (time.perf_counter() - start) / n * 1e9)
         out[name] = best["hook"] - best["noop"]
     FileWriterCache.clear()
@@ -245,7 +262,10 @@ def main() -> None:
         for name, values in first.items():
             print(f"- {name}: {values[0]:.2f}")
         alone = anyio.run(after_run_alone, args.repeats, os.path.join(root, "alone"))
-        print("\nA not-due after_run alone (ns per call over a no-op call, best of repeats)\n")
+        print(
+            "\nThe hook's calls on a not-due step alone (ns per step over as many no-op calls,"
+            " best of repeats)\n"
+        )
         for name, ns in alone.items():
             print(f"- {name}: {ns:.0f} ns")
         d = anyio.run(due, args.repeats, args.due_steps, os.path.join(root, "due"))

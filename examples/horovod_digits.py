@@ -111,9 +111,7 @@ def digest(state: monitored.TrainState) -> str:
 
 
 #: Horovod scales the rate by the number of ranks (the batch grows with them).
-OPTIMIZER = monitored_mpi.DistributedOptimizer(
-    monitored.AdamOptimizer(0.01 * monitored_mpi.size())
-)
+OPTIMIZER = monitored_mpi.DistributedOptimizer(monitored.AdamOptimizer(0.01 * monitored_mpi.size()))
 
 
 async def main(argv: Sequence[str] | None = None) -> monitored.TrainState:

@@ -95,7 +95,9 @@ def batch_of(data: np.ndarray, i: int, config: SmallConfig) -> tuple[np.ndarray,
     batch_len = len(data) // config.batch_size
     grid = data[: config.batch_size * batch_len].reshape(config.batch_size, batch_len)
     start = i * config.num_steps
-    return grid[:, start : start + config.num_steps], grid[:, start + 1 : start + 1 + config.num_steps]
+    return grid[:, start : start + config.num_steps], grid[
+        :, start + 1 : start + 1 + config.num_steps
+    ]
 
 
 #: The model's variables (``tf.trainable_variables()``).
@@ -301,4 +303,6 @@ if __name__ == "__main__":
             seed=args.seed,
         )
     )
-    print(f"step {final.global_step}: " + ", ".join(f"{k} {v:.3f}" for k, v in perplexities.items()))
+    print(
+        f"step {final.global_step}: " + ", ".join(f"{k} {v:.3f}" for k, v in perplexities.items())
+    )

@@ -1123,7 +1123,9 @@ async def test_run_given_names_to_read_says_to_use_fetch(state: TrainState, fetc
     # "'str' object is not callable" from inside the step.
     async with monitored.MonitoredSession(state) as sess:
         await sess.run(counting_step)
-        with pytest.raises(TypeError, match=r"run takes a step function, not values to read") as info:
+        with pytest.raises(
+            TypeError, match=r"run takes a step function, not values to read"
+        ) as info:
             await sess.run(fetches)
         assert f"session.fetch({fetches!r})" in str(info.value)
         assert "SessionRunArgs" in str(info.value)

@@ -4,7 +4,9 @@ in the managed session, TF1's summary tags, and event files that survive ``kill 
 
 from __future__ import annotations
 
+import glob
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -13,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import anyio
 import numpy as np
 import pytest
 
@@ -172,10 +173,16 @@ async def test_a_validation_step_on_the_due_slot_does_not_delay_the_training_sum
 async def test_the_event_file_header_is_on_disk_when_the_file_is_made(tmp_path: Path) -> None:
     sv = Supervisor(new_state(), logdir=tmp_path, save_summaries_secs=3600)
     async with sv.managed_session():
-        [path] = tmp_path.glob("events.out.tfevents.*")
-        assert path.stat().st_size > 0, "written at creation, before any flush"
+        [(path, size)] = event_files(tmp_path)
+        assert size > 0, "written at creation, before any flush"
         [header, *_] = list(summaries.summary_iterator(path))
         assert header.file_version == "brain.Event:2"
+
+
+def event_files(directory: Path) -> list[tuple[str, int]]:
+    """The event files of ``directory`` and their sizes on disk."""
+    paths = sorted(glob.glob(os.path.join(directory, "events.out.tfevents.*")))
+    return [(path, os.path.getsize(path)) for path in paths]
 
 
 CHILD = textwrap.dedent(

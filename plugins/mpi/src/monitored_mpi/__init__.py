@@ -27,16 +27,16 @@ from ._world import TIMEOUT_ENV, World, launched_by_mpi, world
 __all__ = [
     "TIMEOUT_ENV",
     "Average",
-    "Compression",
-    "Sum",
     "ChiefTimeoutError",
     "CollectiveMismatchError",
     "CollectiveTimeoutError",
+    "Compression",
     "DistributedOptimizer",
     "MPICluster",
     "MPIError",
     "MPIUnavailableError",
     "StateMismatchError",
+    "Sum",
     "UnshareableStateError",
     "World",
     "allgather",
@@ -94,29 +94,27 @@ class Compression:
 
 #: Horovod names with no meaning here, and why: ``monitored_mpi.<name>`` says so
 #: (an ``AttributeError`` that tells a ported script what to do, not a bare one).
+_BROADCAST: Final = (
+    "not needed: the chief's state (arrays, global step, RNG, plugin states) is broadcast "
+    "to every rank when the session is created"
+)
 _NOT_NEEDED: Final = {
     "init": (
-        "not needed: MPI is initialized when it is first needed (a session, rank(), size()) in a process "
-        "started by mpiexec: delete hvd.init()"
+        "not needed: MPI is initialized when it is first needed (a session, rank(), size()) "
+        "in a process started by mpiexec: delete hvd.init()"
     ),
     "shutdown": "not needed: MPI is finalized when the process exits: delete the call",
-    "BroadcastGlobalVariablesHook": (
-        "not needed: the chief's state (arrays, global step, RNG, plugin states) is broadcast to every "
-        "rank when the session is created: drop the hook"
-    ),
+    "BroadcastGlobalVariablesHook": f"{_BROADCAST}: drop the hook",
     "broadcast_global_variables": (
-        "not needed: the chief's state (arrays, global step, RNG, plugin states) is broadcast to every "
-        "rank when the session is created: delete the call (one array of your own: "
-        "monitored_mpi.broadcast(x, root=0))"
+        f"{_BROADCAST}: delete the call (one array of your own: monitored_mpi.broadcast(x, root=0))"
     ),
     "broadcast_variables": (
-        "not needed: the chief's state is broadcast to every rank when the session is created: delete "
-        "the call (one array of your own: monitored_mpi.broadcast(x, root=0))"
+        f"{_BROADCAST}: delete the call (one array of your own: monitored_mpi.broadcast(x, root=0))"
     ),
     "Adasum": "not supported: DistributedOptimizer averages (op=Average) or sums (op=Sum)",
     "DistributedGradientTape": (
-        "not needed: there is no gradient tape: compute the gradients in the step and pass them to "
-        "DistributedOptimizer(...).apply_gradients, which averages them"
+        "not needed: there is no gradient tape: compute the gradients in the step and pass "
+        "them to DistributedOptimizer(...).apply_gradients, which averages them"
     ),
 }
 
@@ -126,4 +124,3 @@ def __getattr__(name: str) -> NoReturn:
     if why is None:
         raise AttributeError(f"module 'monitored_mpi' has no attribute {name!r}")
     raise AttributeError(f"monitored_mpi.{name}: {why} (see 'From Horovod' in docs/scaling-out.md)")
-
