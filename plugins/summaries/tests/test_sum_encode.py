@@ -154,3 +154,31 @@ def test_encode_refuses_a_name_that_cleans_to_nothing() -> None:
 
     with pytest.raises(summaries.SummaryNameError, match="nothing is left of the name"):
         encode([("scalar", "///", 1.0, {})], [1.0], 3)
+
+
+async def test_hparams_metrics_name_the_cleaned_tags(logdir: str, events: Any) -> None:
+    def step(state: TrainState) -> None:
+        state.global_step += 1
+        summaries.scalar("Valid/Validation Loss", 0.5)
+
+    hook = SummarySaverHook(
+        save_steps=1, output_dir=logdir, hparams={"lr": 0.1}, metrics=["Valid/Validation Loss"]
+    )
+    async with MonitoredSession(TrainState(), hooks=[StopAtStepHook(last_step=1), hook]) as s:
+        summaries.hparams({"layers": 3}, metrics={"Final Loss": 0.25})
+        while not s.should_stop():
+            await s.run(step)
+    tags: list[str] = []
+    scalars: set[str] = set()
+    for event in events(logdir):
+        for value in event.summary.value:
+            if value.metadata.plugin_data.plugin_name == "hparams":
+                data = plugin_data_pb2.HParamsPluginData.FromString(
+                    value.metadata.plugin_data.content
+                )
+                if data.WhichOneof("data") == "experiment":
+                    tags += [m.name.tag for m in data.experiment.metric_infos]
+            elif value.WhichOneof("value") == "simple_value":
+                scalars.add(value.tag)
+    assert sorted(tags) == ["Final_Loss", "Valid/Validation_Loss"]
+    assert {"Final_Loss", "Valid/Validation_Loss"} <= scalars

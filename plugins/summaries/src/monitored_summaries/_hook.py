@@ -42,6 +42,7 @@ from tensorboardX.summary import hparams as hparams_summaries
 from monitored import SecondOrStepTimer, SessionRunArgs, to_host
 
 from . import _record
+from ._encode import clean_tag
 from ._errors import SummaryDirectoryError, SummaryScheduleError, SummaryValueError
 from ._writer import FileWriter, FileWriterCache, Record
 
@@ -317,7 +318,9 @@ class SummarySaverHook:
     def _write_hparams(self, step: int, *, end: bool = False) -> None:
         """Write hyperparameters recorded since the last write; at the end, close them."""
         writer = self._require_writer()
-        for values, metrics in _record.take_hparams():
+        for values, named in _record.take_hparams():
+            # The dashboard finds a metric by its tag, which TF1's rules cleaned.
+            metrics = {clean_tag(tag): value for tag, value in named.items()}
             experiment, start_info, _ = hparams_summaries(values, dict.fromkeys(metrics))
             writer.add_summary(experiment, step)
             writer.add_summary(start_info, step)
