@@ -1133,6 +1133,17 @@ async def test_run_given_names_to_read_says_to_use_fetch(state: TrainState, fetc
         assert state.global_step == 1  # nothing ran
 
 
+async def test_run_given_a_name_on_a_traced_step_says_to_use_fetch(state: TrainState) -> None:
+    class Tracer:
+        def before_run(self, run_context: Any) -> SessionRunArgs:
+            return SessionRunArgs(options=monitored.RunOptions(trace=True))
+
+    async with monitored.MonitoredSession(state, hooks=[Tracer()]) as sess:
+        with pytest.raises(TypeError, match=r"session.fetch\('w'\)") as info:
+            await sess.run("w")
+        assert info.value.__context__ is None or info.value.__suppress_context__
+
+
 async def test_run_given_something_else_that_is_not_callable_says_what_run_takes(
     state: TrainState,
 ) -> None:

@@ -659,8 +659,6 @@ class MonitoredSession:
         """
         if self._unawaited is not None:
             self._check_awaited()
-        if not callable(step_fn):
-            _refuse_fetches(type(self).__name__, step_fn)
         if not self._open or self._busy or self._should_stop or self._coord._stopped:
             self._check_can_run()
         self._unawaited = coroutine = self._run(step_fn, args, kwargs)
@@ -776,6 +774,11 @@ class MonitoredSession:
                 returned = step_fn(state, *args, **kwargs) if args or kwargs else step_fn(state)
             except StopIteration as exc:
                 raise _end_of_input(f"step function {_name_of(step_fn)}") from exc
+            except TypeError:
+                # Checked only once the call failed: nothing on the hot path.
+                if not callable(step_fn):
+                    _refuse_fetches(type(self).__name__, step_fn)
+                raise
             if type(returned) is not dict:
                 if inspect.isawaitable(returned):
                     returned = await returned
@@ -861,6 +864,10 @@ class MonitoredSession:
                     returned = await returned
             except StopIteration as exc:
                 raise _end_of_input(f"step function {_name_of(step_fn)}") from exc
+            except TypeError:
+                if not callable(step_fn):
+                    _refuse_fetches(type(self).__name__, step_fn)
+                raise
             trace.add("step", _name_of(step_fn), started)
             outputs = _outputs_of(returned, step_fn)
             self._outputs = outputs
@@ -1313,11 +1320,11 @@ def _refuse_fetches(where: str, fetches: object) -> NoReturn:
             "(TF1's session.run(fetches)); read a state entry or an output of the last "
             f"step with session.fetch({fetches!r}), or ask for it in a hook's before_run "
             f"with SessionRunArgs({fetches!r})"
-        )
+        ) from None
     raise TypeError(
         f"{where}.run: got {type(fetches).__name__}, not a step function; pass "
         "step_fn(state, ...) and its arguments: await session.run(step_fn, ...)"
-    )
+    ) from None
 
 
 def _end_of_input(who: str) -> OutOfRangeError:
