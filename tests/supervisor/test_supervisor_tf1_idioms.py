@@ -218,7 +218,7 @@ CHILD = textwrap.dedent(
 )
 
 
-def _train_then_kill(tmp_path: Path, flush_secs: float, wait: float) -> Path:
+def _train_then_kill(tmp_path: Path, flush_secs: float, wait_for_summaries: bool) -> Path:
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     logdir = tmp_path / "run"
@@ -232,7 +232,10 @@ def _train_then_kill(tmp_path: Path, flush_secs: float, wait: float) -> Path:
         assert child.stdout is not None
         assert child.stdout.readline() == "started\n", child.communicate()[1]
         assert child.stdout.readline() == "stepped\n", child.communicate()[1]
-        time.sleep(wait)
+        deadline = time.monotonic() + 60  # a hang guard, not a measurement
+        while wait_for_summaries and not _has_summaries(logdir):
+            assert time.monotonic() < deadline, "nothing was flushed past the header"
+            time.sleep(0.01)
     finally:
         child.send_signal(signal.SIGKILL)
         child.communicate()
@@ -241,9 +244,18 @@ def _train_then_kill(tmp_path: Path, flush_secs: float, wait: float) -> Path:
     return path
 
 
+def _has_summaries(logdir: Path) -> bool:
+    """Whether an event file of ``logdir`` holds a summary on disk (more than its header)."""
+    return any(
+        event.summary.value
+        for path in logdir.glob("events.out.tfevents.*")
+        for event in summaries.summary_iterator(path)
+    )
+
+
 def test_a_killed_supervisor_run_leaves_an_event_file_with_its_header(tmp_path: Path) -> None:
     # Default flush_secs=120: nothing was flushed, yet the file is a readable event file.
-    path = _train_then_kill(tmp_path, 0, 0.0)
+    path = _train_then_kill(tmp_path, 0, wait_for_summaries=False)
     events = list(summaries.summary_iterator(path))
     assert events[0].file_version == "brain.Event:2"
 
@@ -251,7 +263,8 @@ def test_a_killed_supervisor_run_leaves_an_event_file_with_its_header(tmp_path: 
 def test_a_summary_writer_with_a_short_flush_secs_keeps_the_summaries_of_a_killed_run(
     tmp_path: Path,
 ) -> None:
-    path = _train_then_kill(tmp_path, 0.05, 0.5)
+    # Killed once the writer has flushed (every 0.05 s): what it flushed survives.
+    path = _train_then_kill(tmp_path, 0.05, wait_for_summaries=True)
     steps = [
         event.step
         for event in summaries.summary_iterator(path)
