@@ -682,10 +682,10 @@ async def test_only_plugins_holding_state_are_said_to_start_fresh(
     async with monitored.MonitoredSession(state, hooks=[busy, idle]) as sess:
         with caplog.at_level(logging.DEBUG, logger="monitored"):
             await sess.load_plugin_states({})
-    fresh = [(r.levelno, r.getMessage()) for r in caplog.records if "starts fresh" in r.message]
-    assert [level for level, _ in fresh] == [logging.INFO, logging.DEBUG]
-    assert "hook 'busy'" in fresh[0][1]
-    assert "hook 'idle'" in fresh[1][1]
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if "No saved state" in r.message]
+    assert [level for level, _ in said] == [logging.INFO, logging.DEBUG]
+    assert "hook 'busy'" in said[0][1]
+    assert "hook 'idle'" in said[1][1]
     assert busy.loaded == idle.loaded == []
 
 

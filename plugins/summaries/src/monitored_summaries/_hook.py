@@ -23,7 +23,7 @@ import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from time import monotonic
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio.to_thread
 from tensorboardX.proto.event_pb2 import SessionLog
@@ -81,6 +81,10 @@ class SummarySaverHook:
         "scalars",
         "summary_writer",
     )
+
+    #: Passed in ``hooks=[...]``, it owns the session's summaries: the installed
+    #: ``summaries`` plugin adds no second writer (each value is written once).
+    provides: ClassVar[frozenset[str]] = frozenset({"summaries"})
 
     def __new__(cls, *args: Any, **kwargs: Any) -> SummarySaverHook:
         # Only a hook that fetches by name has a before_run: the core calls no
