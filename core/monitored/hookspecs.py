@@ -14,7 +14,9 @@ session's hooks in list order (``hooks=[...]``, then the hooks that plugins and
 name, then implementations marked ``trylast``.
 
 The five events are TF1's ``SessionRunHook`` methods, with TF1's semantics; the
-others are the extension points the plugin ecosystem builds on.
+others are the extension points the plugin ecosystem builds on, and the
+capability hooks (at the end) that the core calls on the one installed plugin
+that provides a capability (``provides = {"checkpoint"}``).
 """
 
 from __future__ import annotations
