@@ -10,7 +10,11 @@ import pytest
 
 import monitored
 from monitored.testing import run_session
-from monitored_early_stopping import EarlyStoppingHook, stop_if_no_decrease_hook
+from monitored_early_stopping import (
+    EarlyStoppingHook,
+    stop_if_no_decrease_hook,
+    stop_if_no_increase_hook,
+)
 from monitored_early_stopping._plugin import hook_of
 
 pytestmark = pytest.mark.anyio
@@ -35,8 +39,9 @@ def flat_loss(state: monitored.TrainState) -> dict[str, Any]:
     [
         lambda: EarlyStoppingHook("loss", patience=3),
         lambda: stop_if_no_decrease_hook("loss", max_steps_without_decrease=3),
+        lambda: stop_if_no_increase_hook("loss", max_steps_without_increase=3),
     ],
-    ids=["EarlyStoppingHook", "stop_if_no_decrease_hook"],
+    ids=["EarlyStoppingHook", "stop_if_no_decrease_hook", "stop_if_no_increase_hook"],
 )
 async def test_an_explicit_early_stopping_hook_wins_over_the_configured_plugin(
     make: Any, caplog: Any
