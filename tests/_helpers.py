@@ -75,3 +75,29 @@ def install_cluster(monkeypatch: Any, cluster: Any) -> None:
         self._cluster = cluster
 
     monkeypatch.setattr(monitored.MonitoredSession, "_find_cluster", supply)
+
+
+def hide_plugins(monkeypatch: Any, *names: str) -> None:
+    """Make the installed plugins ``names`` (entry-point names) look uninstalled.
+
+    The core finds a capability's provider among the installed entry points, so
+    hiding the entry point is what "not installed" means to it.
+    """
+    from monitored._core import _plugins
+
+    shown = tuple(ep for ep in _plugins.installed_entry_points() if ep.name not in names)
+    monkeypatch.setattr(_plugins, "installed_entry_points", lambda: shown)
+
+
+def show_installed(monkeypatch: Any, *names: str) -> None:
+    """Next to ``fake_plugin``'s fake distributions, show the real installed plugins
+    ``names`` (entry-point names): the providers of a capability a test needs."""
+    import importlib.metadata
+
+    from monitored._core import _plugins
+
+    fakes = _plugins.installed_entry_points
+    real = tuple(
+        ep for ep in importlib.metadata.entry_points(group="monitored") if ep.name in names
+    )
+    monkeypatch.setattr(_plugins, "installed_entry_points", lambda: (*fakes(), *real))

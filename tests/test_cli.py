@@ -3,35 +3,77 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 
-from monitored._cli import main
+from monitored._cli import WIDTH, main
 
 
-def test_plugins_lists_name_distribution_version_and_hooks(
+def test_plugins_lists_name_distribution_version_and_provides(
     fake_plugin: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fake_plugin(
         "progress",
-        "chief_only = True\ntraining_only = True\ndef before_run(): pass\ndef end(): pass\n",
+        "provides = {'progress'}\nchief_only = True\ntraining_only = True\n"
+        "def before_run(): pass\ndef end(): pass\n",
         version="0.3",
     )
     assert main(["plugins"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["plugin", "distribution", "version", "hooks"]
+    assert out[0].split() == ["plugin", "distribution", "version", "provides", "notes"]
     assert out[1].split() == [
         "progress",
-        "(chief",
-        "only)",
-        "(training",
-        "only)",
         "monitored-progress",
         "0.3",
-        "before_run,",
-        "end",
+        "progress",
+        "chief",
+        "only,",
+        "training",
+        "only",
     ]
+    assert out[-1] == "Hooks each plugin implements: monitored plugins --verbose"
+
+
+def test_plugins_verbose_lists_the_hooks_under_each_plugin(
+    fake_plugin: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_plugin("progress", "def before_run(): pass\ndef end(): pass\n")
+    assert main(["plugins", "--verbose"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split() == ["progress", "monitored-progress", "1.0", "-"]
+    assert out[2] == "  hooks: before_run, end"
+
+
+def test_monitored_plugins_table_fits_100_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    # The plugins of this repository, as installed in the test environment.
+    for argv in (["plugins"], ["plugins", "--verbose"]):
+        assert main(argv) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert any(line.startswith("checkpoint ") for line in lines)
+        assert max(len(line) for line in lines) <= WIDTH == 100, argv
+    assert main(["plugins", "--verbose"]) == 0
+    out = capsys.readouterr().out
+    assert "  hooks: " in out
+    assert "restore_checkpoint" in out  # a long list, wrapped rather than cut
+
+
+def test_python_dash_m_monitored_runs_the_cli() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "monitored", "plugins", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    names = {row["name"]: row for row in json.loads(done.stdout)}
+    assert names["checkpoint"]["provides"] == ["checkpoint"]
+    assert names["mpi"]["provides"] == ["cluster"]
+    help_text = subprocess.run(
+        [sys.executable, "-m", "monitored", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert help_text.startswith("usage: monitored ")
 
 
 def test_plugins_json(fake_plugin: Any, capsys: pytest.CaptureFixture[str]) -> None:
@@ -42,6 +84,7 @@ def test_plugins_json(fake_plugin: Any, capsys: pytest.CaptureFixture[str]) -> N
             "name": "progress",
             "distribution": "monitored-progress",
             "version": "1.0",
+            "provides": [],
             "hooks": ["before_run"],
             "options": [],
             "chief_only": False,
@@ -132,4 +175,6 @@ def test_plugins_shows_disabled_plugins_without_importing_them(
     fake_plugin("broken", "raise ImportError('must not be imported')\n")
     monkeypatch.setenv("MONITORED_DISABLE_PLUGINS", "broken")
     assert main(["plugins"]) == 0
-    assert "broken (disabled by MONITORED_DISABLE_PLUGINS)" in capsys.readouterr().out
+    row = capsys.readouterr().out.splitlines()[1]
+    assert row.split()[0] == "broken"
+    assert row.endswith("disabled by MONITORED_DISABLE_PLUGINS")

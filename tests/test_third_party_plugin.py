@@ -65,7 +65,7 @@ def test_pip_installed_plugin_is_discovered_and_called_in_order(tmp_path: Path) 
         env=env,
     )
     listing = subprocess.run(
-        [str(venv / "bin" / "monitored"), "plugins"],
+        [str(venv / "bin" / "monitored"), "plugins", "--verbose"],
         check=True,
         capture_output=True,
         text=True,

@@ -1,17 +1,23 @@
-"""The ``monitored`` command: ``monitored plugins [--json]`` lists installed plugins."""
+"""The ``monitored`` command: ``monitored plugins [--verbose] [--json]`` lists installed plugins.
+
+Also ``python -m monitored``. The table fits :data:`WIDTH` columns: each plugin's
+hooks (a long list) are shown with ``--verbose``, wrapped.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import anyio
 
 from . import __version__
 from ._core._calling import CallPlan
+from ._core._capabilities import provides_of
 from ._core._errors import PluginError
 from ._core._options import OPTIONS_ENV
 from ._core._plugins import (
@@ -22,12 +28,15 @@ from ._core._plugins import (
     installed_plugins,
 )
 
-__all__ = ["main"]
+__all__ = ["WIDTH", "main"]
+
+#: The width the output is wrapped to.
+WIDTH: Final = 100
 
 
 _DESCRIPTION = (
-    "List the installed monitored plugins: their distributions, versions, the hooks "
-    "each implements and the options each accepts."
+    "List the installed monitored plugins: their distributions, versions, the capability "
+    "each provides, the options each accepts and (--verbose) the hooks each implements."
 )
 
 
@@ -56,6 +65,7 @@ def _describe_plugins() -> list[dict[str, Any]]:
                     "name": ep.name,
                     "distribution": dist.metadata["Name"] if dist else None,
                     "version": dist.version if dist else None,
+                    "provides": [],
                     "hooks": [],
                     "options": [],
                     "chief_only": False,
@@ -72,6 +82,7 @@ def _describe_plugins() -> list[dict[str, Any]]:
                 "name": info.name,
                 "distribution": info.distribution,
                 "version": info.version,
+                "provides": sorted(provides_of(info)),
                 "hooks": hooks,
                 "options": _declared_options(manager),
                 "chief_only": bool(getattr(info.plugin, "chief_only", False)),
@@ -94,37 +105,66 @@ def _plugins_command(args: argparse.Namespace) -> int:
     if not rows:
         print("No monitored plugins are installed.")
         return 0
-    headers = ("plugin", "distribution", "version", "hooks")
+    headers = ("plugin", "distribution", "version", "provides", "notes")
     table = [
         (
-            row["name"]
-            + (" (chief only)" if row["chief_only"] else "")
-            + (" (training only)" if row["training_only"] else "")
-            + (f" (disabled by {DISABLE_ENV})" if row["disabled"] else ""),
+            row["name"],
             row["distribution"],
             row["version"],
-            ", ".join(row["hooks"]),
+            ", ".join(row["provides"]) or "-",
+            _notes(row),
         )
         for row in rows
     ]
     widths = [
         max(len(str(cell)) for cell in column) for column in zip(headers, *table, strict=False)
     ]
-    for line in (headers, *table):
+    for line, row in zip((headers, *table), (None, *rows), strict=True):
         print(
             "  ".join(
                 str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)
             ).rstrip()
         )
+        if args.verbose and row is not None and row["hooks"]:
+            print(_wrapped(f"hooks: {', '.join(row['hooks'])}", "  ", "         "))
     for row in rows:
         for option in row["options"]:
             print(
-                f"  {row['name']}.{option['name']} = {option['default']!r} "
-                f"({option['type']}){': ' + option['help'] if option['help'] else ''}"
+                _wrapped(
+                    f"{row['name']}.{option['name']} = {option['default']!r} "
+                    f"({option['type']}){': ' + option['help'] if option['help'] else ''}",
+                    "  ",
+                    "      ",
+                )
             )
     if any(row["options"] for row in rows):
         print(f"Set options with plugin_options={{...}} or {OPTIONS_ENV}='plugin.option=value;...'")
+    if not args.verbose:
+        print("Hooks each plugin implements: monitored plugins --verbose")
     return 0
+
+
+def _notes(row: dict[str, Any]) -> str:
+    """Where a plugin is loaded, or that it is disabled."""
+    if row["disabled"]:
+        return f"disabled by {DISABLE_ENV}"
+    notes = [
+        note
+        for note, flag in (("chief only", "chief_only"), ("training only", "training_only"))
+        if row[flag]
+    ]
+    return ", ".join(notes)
+
+
+def _wrapped(text: str, indent: str, subsequent: str) -> str:
+    return textwrap.fill(
+        text,
+        WIDTH,
+        initial_indent=indent,
+        subsequent_indent=subsequent,
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -136,6 +176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "plugins", help="list installed plugins with their versions, hooks and options"
     )
     plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    plugins.add_argument(
+        "-v", "--verbose", action="store_true", help="also list the hooks each plugin implements"
+    )
     plugins.set_defaults(handler=_plugins_command)
     args = parser.parse_args(argv)
     handler = args.handler

@@ -14,7 +14,9 @@ session's hooks in list order (``hooks=[...]``, then the hooks that plugins and
 name, then implementations marked ``trylast``.
 
 The five events are TF1's ``SessionRunHook`` methods, with TF1's semantics; the
-others are the extension points the plugin ecosystem builds on.
+others are the extension points the plugin ecosystem builds on, and the
+capability hooks (at the end) that the core calls on the one installed plugin
+that provides a capability (``provides = {"checkpoint"}``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from ._core._options import Option
     from ._core._run import SessionRunArgs, SessionRunContext, SessionRunValues
     from ._core._session import MonitoredSession
+    from ._core._state import TrainState
 
 __all__ = [
     "after_create_session",
@@ -40,12 +43,20 @@ __all__ = [
     "before_run",
     "before_save",
     "begin",
+    "checkpoint_hooks",
+    "checkpoint_saver",
+    "checkpoints_iterator",
     "cluster",
     "declare_options",
     "end",
+    "latest_checkpoint",
     "load_plugin_state",
     "plugin_state",
+    "read_checkpoint",
+    "restore_checkpoint",
     "restore_state",
+    "summary_hooks",
+    "summary_writer",
     "training_hooks",
     "write_summaries",
 ]
@@ -171,10 +182,13 @@ def plugin_state(session: MonitoredSession) -> Mapping[str, Any] | None:
 
 
 @hookspec
-def load_plugin_state(session: MonitoredSession, state: Mapping[str, Any]) -> None:
+def load_plugin_state(session: MonitoredSession, state: Mapping[str, Any], version: int) -> None:
     """Take back the state this plugin returned from ``plugin_state``.
 
-    Called on restore with exactly what was saved for this plugin.
+    Called on restore with exactly what was saved for this plugin, and the
+    ``plugin_state_version`` it was saved under: a plugin that changed its layout
+    migrates an older ``state`` here (a version newer than the plugin's own is
+    refused before this is called).
     """
 
 
@@ -211,4 +225,98 @@ def after_evaluate(session: MonitoredSession, step: int, metrics: Mapping[str, f
     ``EvaluationHook`` calls it): early stopping, progress and summaries plugins
     react to evaluation results here. The evaluation has already handed the same
     values to the summary sinks of its own session (``<model_dir>/eval``).
+    """
+
+
+# --- capabilities: asked of the one installed plugin that provides them -----------------------
+#
+# A plugin declares what it provides (``provides = {"checkpoint"}``). The core finds
+# the installed provider of a capability and calls these on it alone, synchronously,
+# instead of importing a plugin package by name: another provider can stand in.
+
+
+@hookspec(firstresult=True)
+def latest_checkpoint(checkpoint_dir: str) -> str | None:
+    """Provider of ``"checkpoint"``: the path of the newest checkpoint in ``checkpoint_dir``.
+
+    ``None`` when it holds none. The session manager restores from it, the
+    evaluation finds what to evaluate with it, the Supervisor waits for it.
+    """
+
+
+@hookspec(firstresult=True)
+def restore_checkpoint(state: TrainState, path: str) -> object | None:
+    """Provider of ``"checkpoint"``: fill ``state`` from the checkpoint at ``path``.
+
+    Arrays, global step and RNG state, as saved; returns what it restored
+    (anything but ``None``). A checkpoint that does not exist raises
+    ``FileNotFoundError`` (or a subclass); a malformed one the provider's error.
+    """
+
+
+@hookspec(firstresult=True)
+def read_checkpoint(path: str) -> tuple[str, Mapping[str, Any]] | None:
+    """Provider of ``"checkpoint"``: ``(resolved path, {name: host array})`` of ``path``.
+
+    Reads a checkpoint without a state to fill (``monitored.train.warm_start``
+    copies chosen arrays out of it); ``path`` may name a checkpoint or a
+    directory (its newest checkpoint).
+    """
+
+
+@hookspec(firstresult=True)
+def checkpoints_iterator(
+    checkpoint_dir: str,
+    min_interval_secs: float,
+    timeout: float | None,
+    timeout_fn: Any,
+    poll_secs: float | None,
+) -> Any:
+    """Provider of ``"checkpoint"``: an async iterator over new checkpoints of ``checkpoint_dir``.
+
+    TF1's ``checkpoints_iterator``: yields each new checkpoint's path, at most one
+    every ``min_interval_secs``; after ``timeout`` seconds without one it ends,
+    unless ``timeout_fn()`` returns false. The evaluation follows training with it.
+    """
+
+
+@hookspec(firstresult=True)
+def checkpoint_saver(saver: object | None) -> object | None:
+    """Provider of ``"checkpoint"``: the saver object a ``Supervisor`` exposes as ``sv.saver``.
+
+    ``saver=None`` asks for a new default one; given an object, return it when
+    the provider saves with it, or raise ``TypeError`` saying what to pass.
+    """
+
+
+@hookspec(firstresult=True)
+def checkpoint_hooks(
+    checkpoint_dir: str, save_secs: float | None, saver: object, checkpoint_basename: str
+) -> Sequence[object] | None:
+    """Provider of ``"checkpoint"``: the hooks of a ``Supervisor``'s checkpoint service.
+
+    They restore the newest checkpoint of ``checkpoint_dir`` when the session is
+    created and, when ``save_secs`` is set, save one every ``save_secs`` seconds
+    (and at the end) with ``saver`` as ``<checkpoint_basename>-<step>``.
+    """
+
+
+@hookspec(firstresult=True)
+def summary_writer(logdir: str | None, writer: object | None) -> object | None:
+    """Provider of ``"summaries"``: the event-file writer of ``logdir``.
+
+    Given ``writer``, return it when the provider writes with it, or raise
+    ``TypeError`` saying what to pass; else the writer ``logdir`` shares (made
+    on first use, which creates its event file).
+    """
+
+
+@hookspec(firstresult=True)
+def summary_hooks(
+    save_secs: float, summary_writer: object | None, output_dir: str | None
+) -> Sequence[object] | None:
+    """Provider of ``"summaries"``: the hooks of a ``Supervisor``'s summary service.
+
+    They write what the steps record every ``save_secs`` seconds to
+    ``summary_writer``, or, when it is ``None``, to ``output_dir``'s shared writer.
     """

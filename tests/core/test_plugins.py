@@ -159,6 +159,21 @@ async def test_disabling_an_unknown_plugin_is_an_error(fake_plugin: Any, state: 
             pass
 
 
+async def test_did_you_mean_for_a_misspelled_disable_plugins_name(
+    fake_plugin: Any, state: TrainState
+) -> None:
+    fake_plugin("nan_guard", "def before_run(): pass")
+    fake_plugin("progress", "def before_run(): pass")
+    with pytest.raises(monitored.PluginError) as info:
+        async with monitored.MonitoredSession(state, disable_plugins=["nan_gaurd", "elsewhere"]):
+            pass
+    assert str(info.value) == (
+        "disable_plugins names ['elsewhere', 'nan_gaurd'], which are not installed "
+        "(did you mean 'nan_guard' for 'nan_gaurd'?); installed plugins: "
+        "['nan_guard', 'progress']"
+    )
+
+
 async def test_a_plugin_that_fails_to_import_names_plugin_and_distribution(
     fake_plugin: Any, state: TrainState
 ) -> None:

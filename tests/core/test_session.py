@@ -645,6 +645,94 @@ async def test_plugin_states_are_namespaced_and_versioned(state: TrainState) -> 
             await sess.load_plugin_states(newer)
 
 
+async def test_plugin_state_versions_load_plugin_state_learns_the_saved_version(
+    state: TrainState,
+) -> None:
+    """A plugin migrates the state an older version of it saved (docs/plugins.md's example)."""
+
+    class Patience:
+        plugin_name = "patience"
+        plugin_state_version = 2  # version 1 saved {"left": patience - wait}
+
+        def __init__(self) -> None:
+            self.wait = 0
+            self.versions: list[int] = []
+
+        def plugin_state(self) -> dict[str, int]:
+            return {"wait": self.wait}
+
+        def load_plugin_state(self, state: dict[str, int], version: int) -> None:
+            self.versions.append(version)
+            self.wait = 5 - state["left"] if version == 1 else state["wait"]
+
+    hook = Patience()
+    async with monitored.MonitoredSession(state, hooks=[hook]) as sess:
+        await sess.load_plugin_states({"patience": {"version": 1, "state": {"left": 2}}})
+        assert hook.wait == 3
+        await sess.load_plugin_states({"patience": {"state": {"left": 4}}})  # no version: 1
+        assert hook.wait == 1
+        await sess.load_plugin_states(await sess.plugin_states())
+        assert hook.wait == 1
+    assert hook.versions == [1, 1, 2]
+
+
+async def test_no_saved_state_starts_fresh_at_creation_and_keeps_the_state_later(
+    state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a NaN rollback the log said "it starts fresh" though the counter carried on."""
+
+    class Counter:
+        plugin_name = "counter"
+
+        def __init__(self) -> None:
+            self.count = 4
+
+        def plugin_state(self) -> dict[str, int]:
+            return {"count": self.count}
+
+        def load_plugin_state(self, state: dict[str, int]) -> None:
+            self.count = state["count"]
+
+    class Restorer:
+        async def restore_state(self, session: Any) -> str:
+            await session.load_plugin_states({})  # a checkpoint without the counter
+            return "somewhere"
+
+    counter = Counter()
+    caplog.set_level(logging.INFO, logger="monitored")
+    async with monitored.MonitoredSession(state, hooks=[Restorer(), counter]) as sess:
+        at_creation = [m for m in caplog.messages if "No saved state" in m]
+        await sess.load_plugin_states({})  # a rollback's restore
+        later = [m for m in caplog.messages if "No saved state" in m][len(at_creation) :]
+    assert counter.count == 4
+    assert at_creation == [
+        "No saved state for hook 'counter' "
+        f"({Counter.__module__}.{Counter.__qualname__}) in what was restored; it starts fresh"
+    ]
+    assert later == [at_creation[0].replace("it starts fresh", "it keeps the state it has")]
+
+
+async def test_a_tf1_style_load_plugin_state_without_the_version_still_works(
+    state: TrainState,
+) -> None:
+    class Positional(monitored.SessionRunHook):
+        plugin_name = "positional"
+
+        def __init__(self) -> None:
+            self.got: list[Any] = []
+
+        def plugin_state(self, sess: Any) -> dict[str, int]:
+            return {"n": 1}
+
+        def load_plugin_state(self, sess: Any, saved: Any) -> None:
+            self.got.append(saved)
+
+    hook = Positional()
+    async with monitored.MonitoredSession(state, hooks=[hook]) as sess:
+        await sess.load_plugin_states({"positional": {"version": 1, "state": {"n": 7}}})
+    assert hook.got == [{"n": 7}]
+
+
 async def test_a_stop_from_a_private_helper_names_the_public_method_that_called_it(
     state: TrainState, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -682,10 +770,10 @@ async def test_only_plugins_holding_state_are_said_to_start_fresh(
     async with monitored.MonitoredSession(state, hooks=[busy, idle]) as sess:
         with caplog.at_level(logging.DEBUG, logger="monitored"):
             await sess.load_plugin_states({})
-    fresh = [(r.levelno, r.getMessage()) for r in caplog.records if "starts fresh" in r.message]
-    assert [level for level, _ in fresh] == [logging.INFO, logging.DEBUG]
-    assert "hook 'busy'" in fresh[0][1]
-    assert "hook 'idle'" in fresh[1][1]
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if "No saved state" in r.message]
+    assert [level for level, _ in said] == [logging.INFO, logging.DEBUG]
+    assert "hook 'busy'" in said[0][1]
+    assert "hook 'idle'" in said[1][1]
     assert busy.loaded == idle.loaded == []
 
 

@@ -13,6 +13,7 @@ from monitored import TrainState
 
 CONTRIBUTING_PLUGIN = """
 CONFIGS = []
+provides = {"checkpoint"}
 
 class Saver:
     def __init__(self, config):
@@ -168,7 +169,10 @@ async def test_plugins_contribute_hooks_for_the_config(fake_plugin: Any, state: 
 
 
 async def test_training_hooks_must_return_a_list(fake_plugin: Any, state: TrainState) -> None:
-    fake_plugin("checkpoint", "def training_hooks(config):\n    return 'saver'\n")
+    fake_plugin(
+        "checkpoint",
+        "provides = {'checkpoint'}\ndef training_hooks(config):\n    return 'saver'\n",
+    )
     with pytest.raises(monitored.PluginError, match="returned str; it must return a list of hooks"):
         async with monitored.MonitoredTrainingSession(state, checkpoint_dir="runs/a"):
             pass
@@ -191,6 +195,8 @@ async def test_training_hooks_may_be_async(fake_plugin: Any, state: TrainState) 
     fake_plugin(
         "checkpoint",
         """
+        provides = {"checkpoint"}
+
         class Saver:
             def end(self):
                 pass

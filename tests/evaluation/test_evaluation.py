@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from _helpers import StandInCluster, install_cluster
+from _helpers import StandInCluster, hide_plugins, install_cluster
 
 import monitored
 from monitored import data
@@ -212,7 +211,7 @@ async def test_evaluation_sessions_leave_training_only_plugins_out(fake_plugin: 
 async def test_without_the_checkpoint_plugin_says_what_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sys.modules, "monitored_checkpoint", None)
+    hide_plugins(monkeypatch, "checkpoint")
     with pytest.raises(monitored.MissingPluginError, match="pip install monitored-checkpoint"):
         await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
 

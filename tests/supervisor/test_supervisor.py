@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
+from _helpers import hide_plugins, show_installed
 
 import monitored
 from monitored import MissingPluginError, Supervisor, UnsupportedArgumentError
@@ -57,10 +57,10 @@ def tags(directory: Path) -> dict[str, list[int]]:
 
 @pytest.fixture
 def no_plugin(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """``no_plugin("monitored_checkpoint")`` makes importing that plugin fail."""
+    """``no_plugin("monitored_checkpoint")`` makes that plugin look uninstalled."""
 
     def hide(module: str) -> None:
-        monkeypatch.setitem(sys.modules, module, None)
+        hide_plugins(monkeypatch, module.removeprefix("monitored_"))
 
     return hide
 
@@ -703,8 +703,9 @@ def cluster(session):
 
 
 async def test_a_worker_made_by_a_cluster_plugin_saves_and_writes_nothing(
-    tmp_path: Path, fake_plugin: Any
+    tmp_path: Path, fake_plugin: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    show_installed(monkeypatch, "checkpoint", "summaries")
     await train(Supervisor(new_state(), logdir=tmp_path), 3)
     before = listing(tmp_path)
     fake_plugin("fake-cluster", _CLUSTER_PLUGIN.format(is_chief=False))
@@ -737,9 +738,10 @@ async def test_a_worker_made_by_a_cluster_plugin_saves_and_writes_nothing(
 
 
 async def test_a_chief_made_by_a_cluster_plugin_runs_the_services(
-    tmp_path: Path, fake_plugin: Any
+    tmp_path: Path, fake_plugin: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake_plugin("fake-cluster", _CLUSTER_PLUGIN.format(is_chief=True))
+    show_installed(monkeypatch, "checkpoint", "summaries")
     sv = Supervisor(new_state(), logdir=tmp_path, save_summaries_secs=0.01, summary_op=None)
     async with sv.managed_session() as sess:
         assert sess.is_chief

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 import numpy as np
 import pytest
+from _helpers import hide_plugins
 
 import monitored
 from monitored import MissingPluginError, Supervisor, UnsupportedArgumentError
@@ -208,7 +208,7 @@ def test_bad_arguments(pretrained: Path) -> None:
 def test_without_the_checkpoint_plugin_the_package_is_named(
     pretrained: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sys.modules, "monitored_checkpoint", None)
+    hide_plugins(monkeypatch, "checkpoint")
     with pytest.raises(MissingPluginError, match="pip install monitored-checkpoint"):
         warm_start(new_state(), pretrained, "encoder/.*")
 

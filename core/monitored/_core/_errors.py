@@ -8,9 +8,6 @@ distribution and which hook is at fault.
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
-
 __all__ = [
     "AbortedError",
     "DeadlineExceededError",
@@ -25,7 +22,6 @@ __all__ = [
     "PluginValidationError",
     "UnavailableError",
     "UnsupportedArgumentError",
-    "import_plugin",
     "install_hint",
 ]
 
@@ -113,26 +109,6 @@ def install_hint(distribution: str) -> str:
     return (
         f"pip install {distribution}, or from a clone of monitored: pip install ./plugins/{folder}"
     )
-
-
-def import_plugin(
-    module: str, distribution: str, plugin: str, why: str, remedy: str = ""
-) -> ModuleType:
-    """Import a plugin's module for a feature of the core, or say how to install it.
-
-    ``why`` says what needed it ("warm_start reads checkpoints") and ``remedy``
-    (``"; pass saver=None to ..."``) how to do without; the
-    :class:`MissingPluginError` names the plugin and its distribution.
-    """
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise MissingPluginError(
-            f"{why} with the {plugin} plugin, which is not installed "
-            f"({install_hint(distribution)}){remedy}",
-            plugin=plugin,
-            distribution=distribution,
-        ) from None
 
 
 class UnsupportedArgumentError(MonitoredError, TypeError, ValueError):

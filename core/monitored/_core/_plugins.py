@@ -133,11 +133,23 @@ def installed_plugins(
     several environments.
     """
     entry_points = installed_entry_points()
-    unknown = sorted(frozenset(disabled) - {ep.name for ep in entry_points})
+    names = sorted({ep.name for ep in entry_points})
+    unknown = sorted(frozenset(disabled) - set(names))
     if unknown:
+        guesses = {
+            name: close[0]
+            for name in unknown
+            if (close := difflib.get_close_matches(name, names, n=1))
+        }
+        hint = (
+            " (did you mean " + ", ".join(f"{g!r} for {n!r}" for n, g in guesses.items()) + "?)"
+            if guesses
+            else ""
+        )
         raise PluginError(
-            f"disable_plugins names {unknown}, which are not installed; installed plugins: "
-            f"{sorted({ep.name for ep in entry_points}) or 'none'}"
+            f"disable_plugins names {unknown}, which are not installed{hint}; installed "
+            f"plugins: {names or 'none'}",
+            plugin=unknown[0],
         )
     if not (autoload_enabled() if autoload is None else autoload):
         return []

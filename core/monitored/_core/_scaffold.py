@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, final
 
 import anyio
 
+from ._capabilities import find_provider
 from ._errors import DeadlineExceededError
 from ._state import TrainState
 
@@ -39,8 +40,8 @@ class Saver(Protocol):
 
     ``restore(state, path)`` fills ``state`` from the checkpoint at ``path`` (it may
     be async); ``latest_checkpoint(checkpoint_dir)``, when the saver has it, names
-    the newest checkpoint in a directory (``monitored_checkpoint``'s function of
-    that name is used otherwise).
+    the newest checkpoint in a directory (otherwise the installed provider of
+    ``"checkpoint"`` is asked, through its ``latest_checkpoint`` hook).
     """
 
     def restore(self, state: TrainState, save_path: str) -> Any: ...
@@ -310,16 +311,16 @@ def _latest_checkpoint(saver: Saver, checkpoint_dir: str | os.PathLike[str]) -> 
         saver, "latest_checkpoint", None
     )
     if finder is None:
-        try:
-            import monitored_checkpoint
-
-            finder = monitored_checkpoint.latest_checkpoint
-        except ImportError:
+        checkpoints = find_provider("checkpoint")
+        if checkpoints is None:
             raise TypeError(
                 f"saver {type(saver).__name__} has no latest_checkpoint(checkpoint_dir) and "
-                "monitored-checkpoint is not installed: pass checkpoint_filename_with_path"
-            ) from None
-    found = finder(checkpoint_dir)
+                "no installed plugin provides 'checkpoint' (pip install monitored-checkpoint): "
+                "pass checkpoint_filename_with_path"
+            )
+        found = checkpoints.call("latest_checkpoint", checkpoint_dir=os.fspath(checkpoint_dir))
+    else:
+        found = finder(checkpoint_dir)
     return None if found is None else str(found)
 
 

@@ -25,6 +25,7 @@ import anyio.abc
 import anyio.lowlevel
 
 from ._calling import CallPlan, HookCall, annotate, invoke
+from ._capabilities import CAPABILITIES, StepAside, provides_of, split_owners
 from ._cluster import Cluster, LocalCluster
 from ._config import TrainingConfig
 from ._coordinator import END_OF_INPUT, Coordinator
@@ -73,11 +74,11 @@ RECOVERABLE: Final = (AbortedError, UnavailableError)
 
 _NO_RESULTS: Final = SessionRunValues(None)
 
-#: Features of ``MonitoredTrainingSession`` and the plugin that provides each:
-#: (plugin name, distribution to install, does the config ask for it, the argument).
+#: Features of ``MonitoredTrainingSession``: (the capability, does the config ask for
+#: it, the argument). Who provides each, and what to install, is in ``CAPABILITIES``.
 _FEATURES: Final = (
-    ("checkpoint", "monitored-checkpoint", "wants_checkpoints", "checkpoint_dir"),
-    ("summaries", "monitored-summaries", "wants_summaries", "save_summaries_steps/secs"),
+    ("checkpoint", "wants_checkpoints", "checkpoint_dir"),
+    ("summaries", "wants_summaries", "save_summaries_steps/secs"),
 )
 
 
@@ -207,6 +208,13 @@ class MonitoredSession:
         #: elsewhere, steps that do not move it are warned about (see _note_stalled_step).
         self._start_step: int | None = None
         self.restored_from: Any = None
+        #: Installed plugins that stepped aside for an explicit owner of their capability.
+        self._stepped_aside: tuple[StepAside, ...] = ()
+        #: Installed cluster plugins asked for a cluster that supplied none.
+        self._idle_suppliers: frozenset[str] = frozenset()
+        #: Whether the session was created once: a restore after that (a rollback, a
+        #: re-creation) leaves plugins with the state they have, not a fresh one.
+        self._created_once = False
 
     # -- properties -----------------------------------------------------------------------
     @property
@@ -388,15 +396,20 @@ class MonitoredSession:
             hooks = [h for h in hooks if not any(h is c for c in config.chief_only_hooks)]
         for i, hook in enumerate(hooks):
             manager.add(PluginInfo(_hook_name(hook, f"hooks[{i}]:{_name_of(hook)}"), hook))
-        installed = [
-            info
-            for info in available
-            if (self.is_chief or not getattr(info.plugin, "chief_only", False))
-            and (
-                self._loads_training_only_plugins
-                or not getattr(info.plugin, "training_only", False)
-            )
-        ]
+        explicit = manager.infos
+        installed, stepped_aside = split_owners(
+            explicit,
+            [
+                info
+                for info in available
+                if (self.is_chief or not getattr(info.plugin, "chief_only", False))
+                and (
+                    self._loads_training_only_plugins
+                    or not getattr(info.plugin, "training_only", False)
+                )
+            ],
+            {"cluster": "the cluster= argument"} if self._cluster_given else None,
+        )
         for info in installed:
             manager.add(info)
         declared = {
@@ -413,7 +426,9 @@ class MonitoredSession:
             config = self._training_config = dataclasses.replace(
                 config, plugin_options=self._options, is_chief=self.is_chief
             )
-            self._check_features(config, {info.name for info in installed})
+            self._check_features(
+                config, {c for info in [*explicit, *installed] for c in provides_of(info)}
+            )
             position = len(hooks)
             for call, hooks in await CallPlan(manager).call_each("training_hooks", config):
                 for hook in _hook_list(hooks, call):
@@ -423,10 +438,17 @@ class MonitoredSession:
         self._plan = CallPlan(manager)
         self._before_run = self._plan["before_run"]
         self._after_run = self._plan["after_run"]
-        _log_plugins(self._plan.infos, self._plugins_log_level)
+        _log_plugins(self._plan.infos, self._plugins_log_level, self._idle_suppliers)
+        for step_aside in stepped_aside:
+            log.log(self._plugins_log_level, "%s", step_aside.message())
+        self._stepped_aside = tuple(stepped_aside)
 
     async def _find_cluster(self, available: Iterable[PluginInfo]) -> None:
-        """Let an installed plugin supply the cluster (the ``cluster`` hookspec)."""
+        """Let an installed plugin supply the cluster (the ``cluster`` hookspec).
+
+        Suppliers that supply none (``monitored-mpi`` in a single process) are
+        kept in ``_idle_suppliers``: the "Loaded plugins" line says they are inactive.
+        """
         suppliers = [info for info in available if hasattr(info.plugin, "cluster")]
         if not suppliers:
             return
@@ -436,11 +458,20 @@ class MonitoredSession:
         supplied = await CallPlan(probe).call_first("cluster", self)
         if supplied is not None:
             self._cluster = supplied
+        else:
+            self._idle_suppliers = frozenset(info.name for info in suppliers)
 
-    def _check_features(self, config: TrainingConfig, loaded: set[str]) -> None:
-        for plugin, distribution, wanted, argument in _FEATURES:
-            if plugin in loaded or not getattr(config, wanted):
+    @property
+    def stepped_aside(self) -> tuple[StepAside, ...]:
+        """The installed plugins that do not act in this session, because an explicit hook
+        or argument provides their capability (available once entered)."""
+        return self._stepped_aside
+
+    def _check_features(self, config: TrainingConfig, provided: set[str]) -> None:
+        for capability, wanted, argument in _FEATURES:
+            if capability in provided or not getattr(config, wanted):
                 continue
+            plugin, distribution = CAPABILITIES[capability]
             if argument == "save_summaries_steps/secs" and not (
                 config.explicit & {"save_summaries_steps", "save_summaries_secs"}
             ):
@@ -490,6 +521,7 @@ class MonitoredSession:
                 # run resumed at its last step) holds before the first step, on every
                 # process alike: they agree on it now.
                 self._agree_to_stop_now(self._coord._stopped)
+            self._created_once = True
         finally:
             self._deferred.clear()
             self._busy = False
@@ -1118,9 +1150,13 @@ class MonitoredSession:
     async def load_plugin_states(self, saved: Mapping[str, Mapping[str, Any]]) -> None:
         """Give each plugin back what :meth:`plugin_states` saved for it.
 
-        A plugin with nothing saved starts fresh; that is said (at INFO) only of
-        plugins that hold state now, not of idle ones (an installed early
-        stopping plugin with no ``monitor`` saves nothing and loses nothing).
+        A plugin with nothing saved starts fresh when the session is created, and
+        keeps the state it has on a later restore (a NaN guard's rollback, a
+        re-creation), as its hooks are not made again; that is said (at INFO)
+        only of plugins that hold state now, not of idle ones (an installed
+        early stopping plugin with no ``monitor`` saves nothing and loses
+        nothing). Each ``load_plugin_state`` is told the version its state was
+        saved under, so that it can migrate an older layout.
         """
         plan = self._require_plan()
         holders = {call.plugin_index: call for call in plan["plugin_state"]}
@@ -1131,8 +1167,9 @@ class MonitoredSession:
                 idle = holder is None or await invoke(holder, (self,)) is None
                 log.log(
                     logging.DEBUG if idle else logging.INFO,
-                    "No saved state for %s; it starts fresh",
+                    "No saved state for %s in what was restored; %s",
                     call.info.describe(),
+                    "it keeps the state it has" if self._created_once else "it starts fresh",
                 )
                 continue
             state = entry.get("state") if isinstance(entry, Mapping) else None
@@ -1159,7 +1196,7 @@ class MonitoredSession:
                     distribution=call.info.distribution,
                     hook="load_plugin_state",
                 )
-            await invoke(call, (self, state), self._state.global_step)
+            await invoke(call, (self, state, version), self._state.global_step)
 
     def _require_plan(self) -> CallPlan:
         if self._plan is None:
@@ -1332,8 +1369,14 @@ def _end_of_input(who: str) -> OutOfRangeError:
     return OutOfRangeError(f"{who} raised StopIteration: the input is exhausted")
 
 
-def _log_plugins(infos: Iterable[PluginInfo], level: int) -> None:
-    installed = [f"{i.name} ({i.distribution} {i.version})" for i in infos if i.distribution]
+def _log_plugins(infos: Iterable[PluginInfo], level: int, idle: frozenset[str]) -> None:
+    """The "Loaded plugins" line; a cluster plugin that supplied no cluster is inactive."""
+    inactive = "; inactive: it supplied no cluster, this process trains alone"
+    installed = [
+        f"{i.name} ({i.distribution} {i.version}{inactive if i.name in idle else ''})"
+        for i in infos
+        if i.distribution
+    ]
     log.log(level, "Loaded plugins: %s", ", ".join(installed) if installed else "none installed")
 
 

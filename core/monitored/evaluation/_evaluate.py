@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, final
 
@@ -20,9 +20,10 @@ import anyio.lowlevel
 import numpy as np
 
 from .._core._basic_hooks import FinalOpsHook
+from .._core._capabilities import Provider, provider
 from .._core._cluster import LocalCluster
 from .._core._config import TrainingConfig
-from .._core._errors import OutOfRangeError, import_plugin
+from .._core._errors import OutOfRangeError
 from .._core._scaffold import Scaffold
 from .._core._session import MonitoredSession
 from .._core._state import TrainState
@@ -118,10 +119,48 @@ class _StopAfterNEvals:
             run_context.request_stop()
 
 
-def _checkpoint_module(why: str) -> Any:
-    return import_plugin(
-        "monitored_checkpoint", "monitored-checkpoint", "checkpoint", f"monitored.evaluation {why}s"
-    )
+def _checkpoint_module(why: str) -> _Checkpoints:
+    return _Checkpoints(provider("checkpoint", f"monitored.evaluation {why}s"))
+
+
+@final
+class _Checkpoints:
+    """The installed provider of ``"checkpoint"``, called through its capability hooks."""
+
+    __slots__ = ("_provider",)
+
+    #: What a provider raises for a checkpoint that is gone (``monitored-checkpoint``'s
+    #: ``CheckpointNotFoundError`` is one).
+    CheckpointNotFoundError = FileNotFoundError
+
+    def __init__(self, checkpoints: Provider) -> None:
+        self._provider = checkpoints
+
+    def restore(self, state: TrainState, path: str) -> Any:
+        return self._provider.call("restore_checkpoint", state=state, path=path)
+
+    def latest_checkpoint(self, checkpoint_dir: str | os.PathLike[str]) -> str | None:
+        found = self._provider.call("latest_checkpoint", checkpoint_dir=os.fspath(checkpoint_dir))
+        return None if found is None else str(found)
+
+    def checkpoints_iterator(
+        self,
+        checkpoint_dir: str | os.PathLike[str],
+        min_interval_secs: float = 0,
+        timeout: float | None = None,
+        timeout_fn: Callable[[], Any] | None = None,
+        *,
+        poll_secs: float | None = None,
+    ) -> AsyncIterator[str]:
+        iterator: AsyncIterator[str] = self._provider.call(
+            "checkpoints_iterator",
+            checkpoint_dir=os.fspath(checkpoint_dir),
+            min_interval_secs=min_interval_secs,
+            timeout=timeout,
+            timeout_fn=timeout_fn,
+            poll_secs=poll_secs,
+        )
+        return iterator
 
 
 def _find_checkpoint(checkpoint_dir: str) -> str:

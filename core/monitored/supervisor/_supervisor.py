@@ -24,6 +24,7 @@ Services that need a plugin package: see :class:`Supervisor`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
 import os
@@ -35,9 +36,10 @@ from typing import Any, Final, NoReturn, final
 import anyio
 import anyio.to_thread
 
+from .._core._capabilities import Provider, find_provider, provider
 from .._core._config import TrainingConfig
 from .._core._coordinator import Coordinator, ExcInfo, LooperThread
-from .._core._errors import UnsupportedArgumentError, import_plugin
+from .._core._errors import UnsupportedArgumentError
 from .._core._scaffold import Scaffold, SessionManager
 from .._core._session import MonitoredSession
 from .._core._state import TrainState
@@ -52,9 +54,6 @@ __all__ = ["ManagedSession", "Supervisor"]
 log = logging.getLogger("monitored")
 
 StateFn = Callable[[TrainState], Any]
-
-_CHECKPOINT: Final = ("monitored_checkpoint", "monitored-checkpoint", "checkpoint")
-_SUMMARIES: Final = ("monitored_summaries", "monitored-summaries", "summaries")
 
 
 @final
@@ -299,6 +298,8 @@ class Supervisor:
         #: then stopped and closed, so this Supervisor cannot make another.
         self._failed: BaseException | None = None
         self._summary_hook: object | None = None
+        #: The installed provider of "checkpoint", when the checkpoint service is on.
+        self._checkpoints: Provider | None = None
         self._saver = self._checkpoint_saver(saver)
         #: Whether this process has an event file (TF1: the chief, with a logdir).
         self._writer_wanted = self._logdir is not None and is_chief and summary_writer is not None
@@ -317,39 +318,38 @@ class Supervisor:
         """The ``Saver`` of the checkpoint service, or ``None`` when it is off."""
         if saver is None or self._logdir is None or not self._is_chief:
             return None
-        module = import_plugin(
-            *_CHECKPOINT,
+        self._checkpoints = provider(
+            "checkpoint",
             f"Supervisor(logdir={self._logdir!r}) saves and restores checkpoints there",
             "; pass saver=None to run without checkpoints",
         )
-        if saver is USE_DEFAULT:
-            return module.Saver()
-        if not isinstance(saver, module.Saver):
-            raise UnsupportedArgumentError(
-                f"Supervisor(saver=...): got {type(saver).__name__}; pass a "
-                "monitored_checkpoint.Saver (e.g. Saver(max_to_keep=10)), or None to run "
-                "without checkpoints"
+        try:
+            return self._checkpoints.call(
+                "checkpoint_saver", saver=None if saver is USE_DEFAULT else saver
             )
-        return saver
+        except TypeError as exc:
+            raise UnsupportedArgumentError(
+                f"Supervisor(saver=...): {exc}, or None to run without checkpoints"
+            ) from None
 
-    def _summary_plugin(self, *, explicit: bool, summary_writer: Any) -> Any:
-        """The summaries plugin's module when the summary services are on, else ``None``."""
+    def _summary_plugin(self, *, explicit: bool, summary_writer: Any) -> Provider | None:
+        """The provider of "summaries" when the summary services are on, else ``None``."""
         if not self._writer_wanted or not self._save_summaries_secs:
             return None
         if not explicit:
+            found = find_provider("summaries")
+            if found is None:
+                log.debug("Supervisor: summaries are off, no installed plugin provides them")
+            return found
+        summaries = provider("summaries", "the Supervisor was asked for summaries")
+        if summary_writer is not USE_DEFAULT:
             try:
-                import monitored_summaries
-            except ImportError:
-                log.debug("Supervisor: summaries are off, monitored-summaries is not installed")
-                return None
-            return monitored_summaries
-        module = import_plugin(*_SUMMARIES, "the Supervisor was asked for summaries")
-        if summary_writer is not USE_DEFAULT and not isinstance(summary_writer, module.FileWriter):
-            raise UnsupportedArgumentError(
-                f"Supervisor(summary_writer=...): got {type(summary_writer).__name__}; pass a "
-                "monitored_summaries.FileWriter, or None to switch summaries off"
-            )
-        return module
+                summaries.call("summary_writer", logdir=None, writer=summary_writer)
+            except TypeError as exc:
+                raise UnsupportedArgumentError(
+                    f"Supervisor(summary_writer=...): {exc}, or None to switch summaries off"
+                ) from None
+        return summaries
 
     # -- properties ---------------------------------------------------------------------------
     @property
@@ -438,10 +438,10 @@ class Supervisor:
         summaries plugin is a :class:`~monitored.MissingPluginError`.
         """
         if self._writer is None and self._writer_wanted and self.is_chief:
-            module = self._summaries or import_plugin(
-                *_SUMMARIES, "Supervisor.summary_writer writes event files"
+            summaries = self._summaries or provider(
+                "summaries", "Supervisor.summary_writer writes event files"
             )
-            self._writer = module.FileWriterCache.get(self._logdir)
+            self._writer = summaries.call("summary_writer", logdir=self._logdir, writer=None)
         return self._writer
 
     # -- the managed session ------------------------------------------------------------------
@@ -580,28 +580,30 @@ class Supervisor:
         hooks: list[object] = []
         if self._saver is not None:
             assert self._logdir is not None
-            checkpoint = import_plugin(*_CHECKPOINT, "the Supervisor saves checkpoints")
-            if start_standard_services and self._save_model_secs:
-                hooks.append(
-                    checkpoint.CheckpointSaverHook(
-                        self._logdir,
-                        save_secs=self._save_model_secs,
-                        saver=self._saver,
-                        checkpoint_basename=self._checkpoint_basename,
-                    )
-                )
-            else:
-                hooks.append(checkpoint.CheckpointRestoreHook(self._logdir))
+            assert self._checkpoints is not None
+            made = self._checkpoints.call(
+                "checkpoint_hooks",
+                checkpoint_dir=self._logdir,
+                save_secs=self._save_model_secs if start_standard_services else None,
+                saver=self._saver,
+                checkpoint_basename=self._checkpoint_basename,
+            )
+            hooks.extend(made or ())
         self._summary_hook = None
         if start_standard_services and self._summaries is not None and self._summaries_on:
             # A writer you gave is used as it is; else the hook takes logdir's shared
-            # writer (the FileWriterCache's, as summary_writer does) when it begins.
-            self._summary_hook = self._summaries.SummarySaverHook(
-                save_secs=self._save_summaries_secs,
-                summary_writer=self._writer,
-                output_dir=None if self._writer is not None else self._logdir,
+            # writer (the provider's, as summary_writer does) when it begins.
+            made = list(
+                self._summaries.call(
+                    "summary_hooks",
+                    save_secs=self._save_summaries_secs,
+                    summary_writer=self._writer,
+                    output_dir=None if self._writer is not None else self._logdir,
+                )
+                or ()
             )
-            hooks.append(self._summary_hook)
+            self._summary_hook = made[0] if made else None
+            hooks.extend(made)
         return hooks
 
     def start_standard_services(self, sess: MonitoredSession) -> None:
@@ -642,10 +644,16 @@ class Supervisor:
             self.summary_computed(session, values, step)
 
     async def _wait_for_checkpoint(self, max_wait_secs: float) -> None:
-        checkpoint = import_plugin(*_CHECKPOINT, "wait_for_checkpoint looks for checkpoints")
+        checkpoints = self._checkpoints
+        assert checkpoints is not None  # there is a saver
         with anyio.move_on_after(max_wait_secs):
             while (
-                await anyio.to_thread.run_sync(checkpoint.latest_checkpoint, self._logdir) is None
+                await anyio.to_thread.run_sync(
+                    functools.partial(
+                        checkpoints.call, "latest_checkpoint", checkpoint_dir=self._logdir
+                    )
+                )
+                is None
             ):
                 log.info("Waiting for a checkpoint in %s", self._logdir)
                 await anyio.sleep(self._recovery_wait_secs)

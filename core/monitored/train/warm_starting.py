@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from .._core._backend import is_device_array
-from .._core._errors import MonitoredError, UnsupportedArgumentError, import_plugin
+from .._core._capabilities import provider
+from .._core._errors import MonitoredError, UnsupportedArgumentError
 from .._core._state import TrainState
 from .optimizers import trainable_variables
 
@@ -102,17 +103,13 @@ def warm_start(
         raise TypeError(f"warm_start: state must be a monitored.TrainState, got {type(state)}")
     selected = _select(state, vars_to_warm_start)
     sources = _sources(state, selected, name_map or {})
-    checkpoint = _checkpoint_module()
-    manifest, arrays = checkpoint.read_checkpoint(ckpt_to_initialize_from)
-    _check(state, sources, arrays, manifest.path)
+    path, arrays = provider("checkpoint", "warm_start reads checkpoints").call(
+        "read_checkpoint", path=os.fspath(ckpt_to_initialize_from)
+    )
+    _check(state, sources, arrays, path)
     for name, source in sources.items():
         _assign(state, name, arrays[source])
-    log.info(
-        "Warm-started %d entries of the state from %s (step %d)",
-        len(sources),
-        manifest.path,
-        manifest.step,
-    )
+    log.info("Warm-started %d entries of the state from %s", len(sources), path)
     return dict(sources)
 
 
@@ -185,12 +182,6 @@ def _sources(state: TrainState, selected: list[str], name_map: Mapping[str, str]
             f"warm_start: name_map targets {unused}, which vars_to_warm_start does not select"
         )
     return {name: renamed.get(name, name) for name in selected}
-
-
-def _checkpoint_module() -> Any:
-    return import_plugin(
-        "monitored_checkpoint", "monitored-checkpoint", "checkpoint", "warm_start reads checkpoints"
-    )
 
 
 def _check(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 import monitored
 import monitored_mpi
+import monitored_mpi._plugin
 from monitored_mpi import _world
 
 
@@ -264,3 +266,31 @@ def test_the_distributed_optimizer_refuses_an_unknown_op_or_argument() -> None:
         monitored_mpi.DistributedOptimizer(sgd, op="adasum")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="unexpected keyword argument 'learning_rat'"):
         monitored_mpi.DistributedOptimizer(sgd, learning_rat=0.1)
+
+async def test_monitored_mpi_says_it_is_inactive_in_a_single_process(
+    unprobed: None, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    monkeypatch.delenv("MONITORED_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    caplog.set_level(logging.INFO, "monitored")
+    async with monitored.MonitoredSession(monitored.TrainState()):
+        pass
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Loaded")]
+    assert "mpi (monitored-mpi " in line
+    assert "; inactive: it supplied no cluster, this process trains alone)" in line
+
+
+async def test_the_cluster_argument_takes_the_cluster_over_from_monitored_mpi(
+    unprobed: None, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    monkeypatch.delenv("MONITORED_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    asked: list[object] = []
+    monkeypatch.setattr(monitored_mpi._plugin, "world", lambda: asked.append(1))
+    caplog.set_level(logging.INFO, "monitored")
+    cluster = monitored.LocalCluster(is_chief=True)
+    async with monitored.MonitoredSession(monitored.TrainState(), cluster=cluster) as sess:
+        assert sess.cluster is cluster
+        assert "mpi" not in [info.name for info in sess.plugins]
+    assert asked == [], "the plugin was not asked for a cluster"
+    [line] = [r.getMessage() for r in caplog.records if "steps aside" in r.getMessage()]
+    assert "plugin 'mpi' (distribution monitored-mpi" in line
+    assert "the cluster= argument provides 'cluster'" in line

@@ -22,7 +22,7 @@ import os
 import sys
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, ClassVar, final
 
 import anyio.to_thread
 
@@ -83,6 +83,10 @@ class CheckpointRestoreHook:
     """
 
     __slots__ = ("checkpoint_dir",)
+
+    #: Passed in ``hooks=[...]``, it owns the session's checkpoints: the installed
+    #: ``checkpoint`` plugin steps aside.
+    provides: ClassVar[frozenset[str]] = frozenset({"checkpoint"})
 
     def __init__(self, checkpoint_dir: str | os.PathLike[str]) -> None:
         self.checkpoint_dir = os.fspath(checkpoint_dir)
@@ -162,6 +166,10 @@ class CheckpointSaverHook:
         "save_path",
         "saver",
     )
+
+    #: Passed in ``hooks=[...]``, it owns the session's checkpoints: the installed
+    #: ``checkpoint`` plugin steps aside (no second saver).
+    provides: ClassVar[frozenset[str]] = frozenset({"checkpoint"})
 
     def __init__(
         self,

@@ -6,19 +6,44 @@ Gives ``MonitoredTrainingSession`` its checkpoints: on the chief with a
 or, with both set to ``None``, a :class:`CheckpointRestoreHook` that only
 restores (as TF1 does). ``chief_only`` makes the core skip this plugin on workers,
 ``training_only`` in evaluation sessions (which restore through the evaluation's own hook).
+
+It provides the ``"checkpoint"`` capability: a :class:`CheckpointSaverHook` or
+:class:`CheckpointRestoreHook` passed in ``hooks=[...]`` takes it over (this
+plugin then adds nothing to that session), and the core reads, restores and
+finds checkpoints through the capability hooks below, never by importing this
+package.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 from ._hook import CheckpointRestoreHook, CheckpointSaverHook
+from ._reader import read_checkpoint as _read_checkpoint
+from ._saver import CheckpointsIterator, Saver
+from ._saver import checkpoints_iterator as _checkpoints_iterator
+from ._saver import latest_checkpoint as _latest_checkpoint
+from ._saver import restore as _restore
 
 if TYPE_CHECKING:
-    from monitored import TrainingConfig
+    from monitored import TrainingConfig, TrainState
 
-__all__ = ["chief_only", "training_hooks", "training_only"]
+__all__ = [
+    "checkpoint_hooks",
+    "checkpoint_saver",
+    "checkpoints_iterator",
+    "chief_only",
+    "latest_checkpoint",
+    "provides",
+    "read_checkpoint",
+    "restore_checkpoint",
+    "training_hooks",
+    "training_only",
+]
 
+#: The capability this plugin owns unless an explicit checkpoint hook takes it over.
+provides: Final = frozenset({"checkpoint"})
 #: Checkpoints are written and restored by the chief only.
 chief_only: Final = True
 #: Evaluation sessions save no checkpoints.
@@ -35,3 +60,65 @@ def training_hooks(config: TrainingConfig) -> list[object] | None:
     if steps is not None and steps > 0:
         return [CheckpointSaverHook(config.checkpoint_dir, save_steps=steps)]
     return [CheckpointRestoreHook(config.checkpoint_dir)]
+
+
+def latest_checkpoint(checkpoint_dir: str) -> str | None:
+    """The newest checkpoint of ``checkpoint_dir``, or ``None`` (:func:`.latest_checkpoint`)."""
+    return _latest_checkpoint(checkpoint_dir)
+
+
+def restore_checkpoint(state: TrainState, path: str) -> str:
+    """Restore ``state`` from ``path`` (:func:`monitored_checkpoint.restore`); returns ``path``."""
+    _restore(state, path)
+    return path
+
+
+def read_checkpoint(path: str) -> tuple[str, Mapping[str, Any]]:
+    """``(resolved path, arrays)`` of a checkpoint or a directory's newest."""
+    manifest, arrays = _read_checkpoint(path)
+    return manifest.path, arrays
+
+
+def checkpoints_iterator(
+    checkpoint_dir: str,
+    min_interval_secs: float,
+    timeout: float | None,
+    timeout_fn: Callable[[], Any] | None,
+    poll_secs: float | None,
+) -> CheckpointsIterator:
+    """New checkpoints of ``checkpoint_dir`` as they appear (:func:`checkpoints_iterator`)."""
+    return _checkpoints_iterator(
+        checkpoint_dir,
+        min_interval_secs,
+        timeout,
+        timeout_fn,
+        poll_secs=1.0 if poll_secs is None else poll_secs,
+    )
+
+
+def checkpoint_saver(saver: object | None) -> Saver:
+    """A new :class:`Saver` for ``None``; ``saver`` itself when it is one."""
+    if saver is None:
+        return Saver()
+    if not isinstance(saver, Saver):
+        raise TypeError(
+            f"got {type(saver).__name__}; pass a monitored_checkpoint.Saver "
+            "(e.g. Saver(max_to_keep=10))"
+        )
+    return saver
+
+
+def checkpoint_hooks(
+    checkpoint_dir: str, save_secs: float | None, saver: object, checkpoint_basename: str
+) -> list[object]:
+    """A :class:`CheckpointSaverHook` saving every ``save_secs``, else a restore-only hook."""
+    if save_secs:
+        return [
+            CheckpointSaverHook(
+                checkpoint_dir,
+                save_secs=save_secs,
+                saver=checkpoint_saver(saver),
+                checkpoint_basename=checkpoint_basename,
+            )
+        ]
+    return [CheckpointRestoreHook(checkpoint_dir)]

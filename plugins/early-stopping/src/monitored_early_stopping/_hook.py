@@ -15,7 +15,7 @@ import math
 import os
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal, final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, final
 
 import anyio.to_thread
 import numpy as np
@@ -66,6 +66,9 @@ class EarlyStoppingHook:
     """
 
     plugin_state_version = 1
+    #: Passed in ``hooks=[...]``, it owns early stopping: the installed
+    #: ``early_stopping`` plugin (and its options) steps aside.
+    provides: ClassVar[frozenset[str]] = frozenset({"early_stopping"})
 
     def __init__(
         self,

@@ -32,8 +32,12 @@ __all__ = [
     "hook_of",
     "load_plugin_state",
     "plugin_state",
+    "provides",
     "training_only",
 ]
+
+#: Early stopping, unless an ``EarlyStoppingHook`` passed in ``hooks=[...]`` takes over.
+provides: Final = frozenset({"early_stopping"})
 
 #: Only training sessions stop early; an evaluation session runs to its end.
 training_only: Final = True

@@ -7,7 +7,7 @@ plugin, so it trains exactly as without it; MPI is not even initialized.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ._cluster import MPICluster
 from ._world import world
@@ -15,7 +15,10 @@ from ._world import world
 if TYPE_CHECKING:
     from monitored import MonitoredSession
 
-__all__ = ["cluster"]
+__all__ = ["cluster", "provides"]
+
+#: The session's cluster, unless the session is given one (``cluster=``), which takes over.
+provides: Final = frozenset({"cluster"})
 
 
 def cluster(session: MonitoredSession) -> MPICluster | None:

@@ -18,7 +18,7 @@ import sys
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, final
 
 import anyio.to_thread
 import numpy as np
@@ -142,6 +142,9 @@ class NanTensorHook:
 
     #: Keys the hook's state (rollbacks done) in checkpoints.
     plugin_name = "nan_tensor_hook"
+    #: Passed in ``hooks=[...]``, it is the session's NaN guard: the installed
+    #: ``nan_guard`` plugin steps aside (one guard, the one you configured).
+    provides: ClassVar[frozenset[str]] = frozenset({"nan_guard"})
 
     def __init__(
         self,

@@ -27,9 +27,12 @@ __all__ = [
     "declare_options",
     "load_plugin_state",
     "plugin_state",
+    "provides",
     "training_only",
 ]
 
+#: The session's NaN guard, unless a ``NanTensorHook`` passed in ``hooks=[...]`` takes over.
+provides: Final = frozenset({"nan_guard"})
 #: An evaluation session trains nothing to guard (and has no checkpoints to roll back to).
 training_only: Final = True
 

@@ -21,7 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import IO, TYPE_CHECKING, Any, Final, Literal, final
+from typing import IO, TYPE_CHECKING, Any, ClassVar, Final, Literal, final
 
 import anyio
 
@@ -105,6 +105,10 @@ class ProgressHook:
             elsewhere), ``"live"``, ``"plain"`` or ``"off"``.
         console: the ``rich`` console to draw on (default: standard error).
     """
+
+    #: Passed in ``hooks=[...]``, it is the session's display: the installed
+    #: ``progress`` plugin steps aside (one display).
+    provides: ClassVar[frozenset[str]] = frozenset({"progress"})
 
     def __init__(
         self,

@@ -31,8 +31,12 @@ __all__ = [
     "declare_options",
     "display_of",
     "end",
+    "provides",
     "training_only",
 ]
+
+#: The progress display, unless a ``ProgressHook`` passed in ``hooks=[...]`` takes over.
+provides: Final = frozenset({"progress"})
 
 #: Only the chief shows progress; workers print nothing.
 chief_only: Final = True

@@ -32,7 +32,7 @@ import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from time import monotonic
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import anyio.to_thread
 from tensorboardX.proto.event_pb2 import SessionLog
@@ -94,6 +94,10 @@ class SummarySaverHook:
         "scalars",
         "summary_writer",
     )
+
+    #: Passed in ``hooks=[...]``, it owns the session's summaries: the installed
+    #: ``summaries`` plugin adds no second writer (each value is written once).
+    provides: ClassVar[frozenset[str]] = frozenset({"summaries"})
 
     def __new__(cls, *args: Any, **kwargs: Any) -> SummarySaverHook:
         # Only a hook that fetches by name or reads the clock has a before_run: the

@@ -11,6 +11,11 @@ Options (``plugin_options={"summaries": {...}}`` or ``MONITORED_PLUGIN_OPTIONS``
 mapping; a JSON object in the environment), and ``metrics``, the scalar tags the
 dashboard compares runs by. They go to the hook made here, so a run launched
 with different settings is told apart without editing the script.
+
+It provides the ``"summaries"`` capability: a :class:`SummarySaverHook` passed in
+``hooks=[...]`` takes it over (no second hook then writes each value again), and
+the core (the ``Supervisor``) gets writers and hooks through the capability
+hooks below, never by importing this package.
 """
 
 from __future__ import annotations
@@ -21,12 +26,22 @@ import monitored
 
 from . import _record
 from ._hook import SummarySaverHook
+from ._writer import FileWriter, FileWriterCache
 
 if TYPE_CHECKING:
     from monitored import TrainingConfig
 
-__all__ = ["chief_only", "declare_options", "training_hooks"]
+__all__ = [
+    "chief_only",
+    "declare_options",
+    "provides",
+    "summary_hooks",
+    "summary_writer",
+    "training_hooks",
+]
 
+#: The capability this plugin owns unless an explicit ``SummarySaverHook`` takes it over.
+provides: Final = frozenset({"summaries"})
 #: Summaries are written by the chief only.
 chief_only: Final = True
 
@@ -63,3 +78,24 @@ def training_hooks(config: TrainingConfig) -> list[object] | None:
             )
         ]
     return None
+
+
+def summary_writer(logdir: str | None, writer: object | None) -> FileWriter | None:
+    """``writer`` when it is a :class:`FileWriter`; else ``logdir``'s shared writer."""
+    if writer is not None:
+        return _file_writer(writer)
+    return None if logdir is None else FileWriterCache.get(logdir)
+
+
+def summary_hooks(
+    save_secs: float, summary_writer: object | None, output_dir: str | None
+) -> list[object]:
+    """A :class:`SummarySaverHook` writing every ``save_secs`` seconds."""
+    writer = None if summary_writer is None else _file_writer(summary_writer)
+    return [SummarySaverHook(save_secs=save_secs, summary_writer=writer, output_dir=output_dir)]
+
+
+def _file_writer(writer: object) -> FileWriter:
+    if not isinstance(writer, FileWriter):
+        raise TypeError(f"got {type(writer).__name__}; pass a monitored_summaries.FileWriter")
+    return writer

@@ -1,0 +1,256 @@
+"""One owner per capability: what a plugin provides, who owns it in a session, who serves it.
+
+A plugin declares the capabilities it provides with a ``provides`` attribute: a
+set of names such as ``{"checkpoint"}``, on an installed plugin's module (or
+object) and on a hook class. The names of this project's plugins are in
+:data:`CAPABILITIES`; a third party may provide one of them (and so stand in for
+ours) or name its own.
+
+The declaration is used twice:
+
+- **In a session** (:func:`split_owners`): a hook passed in ``hooks=[...]`` that
+  provides a capability, or an argument that does (``cluster=`` provides
+  ``"cluster"``), owns it. The installed plugin that provides the same steps
+  aside: it is not registered in that session, and the session says so once. Two
+  installed plugins providing one capability are an error, as two explicit hooks
+  are not (the user asked for both).
+- **Outside a session** (:func:`provider`): the core finds the one installed
+  plugin that provides ``"checkpoint"`` or ``"summaries"`` and calls that
+  plugin's capability hooks (``latest_checkpoint``, ``restore_checkpoint``, ...;
+  see :mod:`monitored.hookspecs`). The core never imports a plugin package by
+  name, so another provider can stand in for ours.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, final
+
+import pluggy
+
+from . import _plugins
+from ._errors import MissingPluginError, PluginError, PluginValidationError, install_hint
+from ._plugins import DISABLE_ENV, PluginInfo, PluginManager, disabled_from_env
+
+__all__ = [
+    "CAPABILITIES",
+    "Provider",
+    "StepAside",
+    "find_provider",
+    "provider",
+    "provides_of",
+    "split_owners",
+]
+
+#: The capabilities of this project's plugin packages: the entry-point name and the
+#: distribution of our provider of each (for "install this" and "it is disabled").
+CAPABILITIES: Final[Mapping[str, tuple[str, str]]] = {
+    "checkpoint": ("checkpoint", "monitored-checkpoint"),
+    "summaries": ("summaries", "monitored-summaries"),
+    "nan_guard": ("nan_guard", "monitored-nan-guard"),
+    "early_stopping": ("early_stopping", "monitored-early-stopping"),
+    "progress": ("progress", "monitored-progress"),
+    "cluster": ("mpi", "monitored-mpi"),
+}
+
+
+def provides_of(info: PluginInfo) -> frozenset[str]:
+    """The capabilities ``info.plugin`` declares in its ``provides`` attribute (may be none).
+
+    A single string (``provides = "checkpoint"``, which would read as a set of
+    letters) or anything but non-empty strings is a :class:`PluginValidationError`
+    naming the plugin.
+    """
+    declared = getattr(info.plugin, "provides", None)
+    if declared is None:
+        return frozenset()
+    names = (
+        None
+        if isinstance(declared, str | bytes | Mapping) or not isinstance(declared, Iterable)
+        else tuple(declared)
+    )
+    if names is None or not all(isinstance(name, str) and name for name in names):
+        raise PluginValidationError(
+            f"{info.describe()}: provides must be a set of capability names such as "
+            f"{{'checkpoint'}}, got {declared!r}",
+            plugin=info.name,
+            distribution=info.distribution,
+        )
+    return frozenset(names)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class StepAside:
+    """An installed plugin that does not act in a session: another owner has its capability."""
+
+    plugin: PluginInfo
+    capability: str
+    #: Who took it over: a hook (``"hook 'hooks[0]:NanTensorHook' (...)"``) or an argument.
+    owner: str
+
+    def message(self) -> str:
+        """The line the session logs about it."""
+        return (
+            f"{self.plugin.describe()} steps aside: {self.owner} provides {self.capability!r} "
+            "in this session (an explicit hook or argument takes a capability over from "
+            "the installed plugin)"
+        )
+
+
+def split_owners(
+    explicit: Sequence[PluginInfo],
+    installed: Sequence[PluginInfo],
+    arguments: Mapping[str, str] | None = None,
+) -> tuple[list[PluginInfo], list[StepAside]]:
+    """Which installed plugins act in a session, and which step aside for an explicit owner.
+
+    ``explicit`` are the session's hooks, ``arguments`` maps a capability to the
+    argument that provides it (``{"cluster": "the cluster= argument"}``). Returns
+    the installed plugins that stay, in order, and one :class:`StepAside` per
+    plugin that does not. Two installed plugins that provide one capability are
+    a :class:`PluginError` naming both.
+    """
+    owners: dict[str, str] = dict(arguments or {})
+    for info in explicit:
+        for capability in sorted(provides_of(info)):
+            owners.setdefault(capability, info.describe())
+    providers: dict[str, PluginInfo] = {}
+    kept: list[PluginInfo] = []
+    stepped: list[StepAside] = []
+    for info in installed:
+        capabilities = provides_of(info)
+        for capability in sorted(capabilities):
+            other = providers.setdefault(capability, info)
+            if other is not info:
+                raise _two_providers(capability, other, info)
+        taken = sorted(capabilities & owners.keys())
+        if taken:
+            stepped.append(StepAside(info, taken[0], owners[taken[0]]))
+        else:
+            kept.append(info)
+    return kept, stepped
+
+
+def _two_providers(capability: str, first: PluginInfo, second: PluginInfo) -> PluginError:
+    return PluginError(
+        f"{first.describe()} and {second.describe()} both provide {capability!r}; a "
+        f"capability has one owner: disable one of them (disable_plugins=[{second.name!r}] "
+        f"or {DISABLE_ENV}={second.name}), or uninstall it",
+        plugin=second.name,
+        distribution=second.distribution,
+    )
+
+
+@final
+class Provider:
+    """The installed plugin that provides a capability, called through its hooks.
+
+    Capability hooks are plain synchronous calls (the core makes them from
+    synchronous code and worker threads); :meth:`call` calls the provider's
+    implementation only, never another plugin's.
+    """
+
+    __slots__ = ("_manager", "capability", "info")
+
+    def __init__(self, capability: str, info: PluginInfo) -> None:
+        self.capability = capability
+        self.info = info
+        self._manager = PluginManager()
+        self._manager.add(info)
+
+    def implements(self, hook: str) -> bool:
+        """Whether the provider implements capability hook ``hook``."""
+        caller: pluggy.HookCaller = getattr(self._manager.hook, hook)
+        return bool(caller.get_hookimpls())
+
+    def call(self, hook: str, **kwargs: Any) -> Any:
+        """The result of the provider's ``hook(**kwargs)``.
+
+        A provider that lacks the hook is a :class:`PluginError` saying so; an
+        exception raised by the hook propagates with a note naming the plugin.
+        """
+        if not self.implements(hook):
+            raise PluginError(
+                f"{self.info.describe()} provides {self.capability!r} but does not implement "
+                f"the {hook!r} hook, which a {self.capability} provider needs here",
+                plugin=self.info.name,
+                distribution=self.info.distribution,
+                hook=hook,
+            )
+        try:
+            result = getattr(self._manager.hook, hook)(**kwargs)
+        except Exception as exc:
+            exc.add_note(f"raised in hook {hook!r} of {self.info.describe()}")
+            raise
+        if inspect.isawaitable(result):
+            if inspect.iscoroutine(result):
+                result.close()
+            raise PluginError(
+                f"hook {hook!r} of {self.info.describe()} returned an awaitable; capability "
+                "hooks are called synchronously: make it a plain function",
+                plugin=self.info.name,
+                distribution=self.info.distribution,
+                hook=hook,
+            )
+        return result
+
+    def __repr__(self) -> str:
+        return f"<Provider of {self.capability!r}: {self.info.describe()}>"
+
+
+#: ``capability -> (entry points, disabled names, provider)`` of the last lookups.
+_found: dict[str, tuple[Sequence[Any], frozenset[str], Provider]] = {}
+
+
+def provider(capability: str, why: str, remedy: str = "") -> Provider:
+    """The installed plugin that provides ``capability``, for a feature of the core.
+
+    Looks among the installed plugins (``MONITORED_DISABLE_PLUGINS`` is obeyed;
+    ``MONITORED_DISABLE_PLUGIN_AUTOLOAD`` is not, as the feature was asked for).
+    ``why`` says what needs it (``"warm_start reads checkpoints"``), ``remedy``
+    how to do without (``"; pass saver=None to ..."``). None installed is a
+    :class:`MissingPluginError` naming the package to install (or saying it is
+    disabled); two are a :class:`PluginError`. The answer is kept until the
+    installed distributions or the environment variable change.
+    """
+    entry_points, disabled = _plugins.installed_entry_points(), disabled_from_env()
+    cached = _found.get(capability)
+    if cached is not None and cached[0] is entry_points and cached[1] == disabled:
+        return cached[2]
+    installed = _plugins.installed_plugins(autoload=True)
+    found = [info for info in installed if capability in provides_of(info)]
+    if len(found) > 1:
+        raise _two_providers(capability, found[0], found[1])
+    if not found:
+        raise _missing(capability, why, remedy, disabled)
+    answer = Provider(capability, found[0])
+    _found[capability] = (entry_points, disabled, answer)
+    return answer
+
+
+def find_provider(capability: str) -> Provider | None:
+    """The installed provider of ``capability``, or ``None`` where none is (nor disabled)."""
+    try:
+        return provider(capability, "")
+    except MissingPluginError:
+        return None
+
+
+def _missing(
+    capability: str, why: str, remedy: str, disabled: frozenset[str]
+) -> MissingPluginError:
+    plugin, distribution = CAPABILITIES.get(capability, (capability, None))
+    if plugin in disabled:
+        state = f"the {plugin!r} plugin, which provides it, is disabled ({DISABLE_ENV})"
+    elif distribution is not None:
+        state = f"no installed plugin provides it ({install_hint(distribution)})"
+    else:
+        state = "no installed plugin provides it"
+    return MissingPluginError(
+        f"{why} with a {capability!r} plugin, but {state}{remedy}",
+        plugin=plugin,
+        distribution=distribution,
+    )
