@@ -63,8 +63,7 @@ from tensorboardX.proto.summary_pb2 import Summary
 
 import monitored_summaries as summaries
 from monitored import MonitoredSession, TrainState
-from monitored_summaries import FileWriterCache, SummarySaverHook, summary_iterator
-from monitored_summaries import _reader
+from monitored_summaries import FileWriterCache, SummarySaverHook, _reader, summary_iterator
 
 BLOCK = 2000
 MIB = 1 << 20

@@ -91,6 +91,20 @@ def test_an_entry_swapped_for_a_fifo_after_the_check_is_refused_on_the_descripto
         finishes(lambda: open_regular_file(fifo))
 
 
+@needs_symlinks
+def test_an_entry_swapped_for_a_symlink_after_the_check_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain entry of the directory when it was checked, a link when it is opened."""
+    (tmp_path / "data").write_bytes(b"x")
+    link = tmp_path / "swapped"
+    link.symlink_to(tmp_path / "data")
+    checked_as_plain = (str(link), str(link), True)
+    monkeypatch.setattr(_files, "_locate", lambda path, within: checked_as_plain)
+    with pytest.raises(UnsafeFileError, match="swapped became a symbolic link while being opened"):
+        open_regular_file("swapped", within=tmp_path)
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero here")
 def test_a_device_is_refused_before_it_is_opened(tmp_path: Path) -> None:
     with pytest.raises(UnsafeFileError, match=r"/dev/zero is a device, not a regular file"):
@@ -164,7 +178,9 @@ def test_within_a_directory_a_symlink_is_followed_only_if_it_stays_inside(
     assert read_regular_file("inside", within=directory, max_bytes=10) == b"inside"
     assert read_regular_file("relative", within=directory, max_bytes=10) == b"inside"
     for name in ("out", "dotdot"):
-        with pytest.raises(UnsafeFileError, match=f"{name} is a symbolic link to .*secret, outside"):
+        with pytest.raises(
+            UnsafeFileError, match=f"{name} is a symbolic link to .*secret, outside"
+        ):
             open_regular_file(name, within=directory)
     if os.path.exists("/dev/zero"):
         (directory / "zero").symlink_to("/dev/zero")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from typing import BinaryIO, Final, cast
+from typing import BinaryIO, Final
 
 from ._errors import MonitoredError
 
@@ -120,7 +120,7 @@ def open_regular_file(
         fd = os.open(target, flags)
     except FileNotFoundError:
         raise
-    except OSError as exc:
+    except OSError:
         if no_follow and os.path.islink(target):  # swapped for a link since it was checked
             raise UnsafeFileError(
                 f"{where} became a symbolic link while being opened; refused", path=where
@@ -136,7 +136,7 @@ def open_regular_file(
                 path=where,
             )
         _clear_nonblocking(fd)
-        return cast(BinaryIO, open(fd, "rb", buffering=buffering))  # noqa: SIM115 (returned)
+        return open(fd, "rb", buffering=buffering)
     except BaseException:
         os.close(fd)
         raise
@@ -174,8 +174,7 @@ def read_regular_file(
     if len(data) > max_bytes:
         where = _where(path, within)
         raise UnsafeFileError(
-            f"{where} grew past the {max_bytes} bytes {what} may have while it was read; "
-            "refused",
+            f"{where} grew past the {max_bytes} bytes {what} may have while it was read; refused",
             path=where,
         )
     return data

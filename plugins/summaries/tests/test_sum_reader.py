@@ -20,9 +20,9 @@ from monitored_summaries import (
     MAX_RECORD_BYTES,
     FileWriter,
     SummaryReaderError,
+    _reader,
     summary_iterator,
 )
-from monitored_summaries import _reader
 from monitored_summaries._reader import MAX_EVENT_BYTES
 
 

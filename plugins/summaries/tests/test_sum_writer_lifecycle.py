@@ -157,7 +157,8 @@ async def test_sessions_in_a_loop_leave_no_writer_open(tmp_path: Path) -> None:
         async with MonitoredSession(TrainState(), hooks=[hook, StopAtStepHook(3)]) as session:
             while not session.should_stop():
                 await session.run(step)
-        assert hook.writer is not None and hook.writer.closed
+        assert hook.writer is not None
+        assert hook.writer.closed
         assert [e.step for e in summary_iterator(hook.writer.path)][-1] == 3
     assert len(writer_module._LIVE) == before
 
@@ -176,7 +177,8 @@ async def test_two_sessions_share_one_writer_until_the_last_ends(tmp_path: Path)
             await a.run(step)
             await b.run(step)
         assert first.writer is second.writer
-        assert first.writer is not None and not first.writer.closed
+        assert first.writer is not None
+        assert not first.writer.closed
         await a.run(step)
     assert first.writer.closed
     assert len(list(tmp_path.joinpath("logs").iterdir())) == 1, "one event file"
@@ -195,7 +197,8 @@ async def test_a_failed_session_releases_its_writer(tmp_path: Path) -> None:
         async with MonitoredSession(TrainState(), hooks=[hook]) as session:
             while True:
                 await session.run(step)
-    assert hook.writer is not None and hook.writer.closed
+    assert hook.writer is not None
+    assert hook.writer.closed
     assert [e.step for e in summary_iterator(hook.writer.path)] == [0, 1, 1, 2]
 
 
@@ -215,9 +218,12 @@ async def test_a_recreated_session_keeps_its_writer(tmp_path: Path) -> None:
         writer = hook.writer
         while not session.should_stop():
             await session.run(step)
-            assert hook.writer is writer and writer is not None and not writer.closed
+            assert hook.writer is writer
+            assert writer is not None
+            assert not writer.closed
     assert aborted
-    assert writer is not None and writer.closed
+    assert writer is not None
+    assert writer.closed
     steps = [e.step for e in summary_iterator(writer.path) if e.summary.value]
     assert steps == [1, 2, 3, 4]
 

@@ -367,7 +367,7 @@ class FileWriterCache:
     #: How many sessions hold each writer (acquire/release).
     _holders: dict[FileWriter, int] = {}  # noqa: RUF012
     #: Writers handed out by get: never closed by a release.
-    _pinned: weakref.WeakSet[FileWriter] = weakref.WeakSet()
+    _pinned: weakref.WeakSet[FileWriter] = weakref.WeakSet()  # noqa: RUF012
     _lock = threading.Lock()
 
     @classmethod
