@@ -203,11 +203,33 @@ async def test_a_failed_session_releases_its_writer(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
-async def test_a_recreated_session_keeps_its_writer(tmp_path: Path) -> None:
+async def test_a_session_stopped_by_a_background_failure_releases_its_writer(
+    tmp_path: Path,
+) -> None:
+    def step(state: TrainState) -> None:
+        state.global_step += 1
+        summaries.scalar("x", float(state.global_step))
+
+    hook = SummarySaverHook(save_steps=1, output_dir=str(tmp_path / "logs"))
+    with pytest.raises(RuntimeError, match="background task failed"):
+        async with MonitoredSession(TrainState(), hooks=[hook]) as session:
+            await session.run(step)
+            session.coord.request_stop(RuntimeError("background task failed"))
+            with anyio.fail_after(60):  # the hook's task wakes on the stop
+                while hook.writer is not None and not hook.writer.closed:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+    assert hook.writer is not None
+    assert hook.writer.closed
+    assert [e.step for e in summary_iterator(hook.writer.path)] == [0, 1, 1]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("how", ["raised by the step", "reported to the coordinator"])
+async def test_a_recreated_session_keeps_its_writer(tmp_path: Path, how: str) -> None:
     aborted = []
 
     def step(state: TrainState) -> None:
-        if state.global_step == 2 and not aborted:
+        if how == "raised by the step" and state.global_step == 2 and not aborted:
             aborted.append(True)
             raise AbortedError("preempted")
         state.global_step += 1
@@ -218,6 +240,10 @@ async def test_a_recreated_session_keeps_its_writer(tmp_path: Path) -> None:
         writer = hook.writer
         while not session.should_stop():
             await session.run(step)
+            if how == "reported to the coordinator" and not aborted:
+                aborted.append(True)
+                session.coord.request_stop(AbortedError("a peer was lost"))
+                await anyio.sleep(0.3)  # the hook's task sees the stop meanwhile
             assert hook.writer is writer
             assert writer is not None
             assert not writer.closed

@@ -336,9 +336,10 @@ class SummarySaverHook:
     async def _flush_when_stopped(self, session: MonitoredSession, coord: Coordinator) -> None:
         """Flush however the session ends: a crash leaves every event before it readable.
 
-        Cancelled by the session's close, a failed session never calls ``end``:
-        then the shared writer is released here. (A re-created session cancels
-        this task too, but goes on: the writer is kept.)
+        A failed session never calls ``end``: the shared writer is released here
+        when the session's close cancels this task, or when the stop carries an
+        exception that ends the session (a background task failed). A session
+        that recovers (re-created, the stop not final) keeps its writer.
         """
         closing = False
         try:
@@ -351,7 +352,7 @@ class SummarySaverHook:
             if writer is not None and writer.error is None and not writer.closed:
                 with contextlib.suppress(Exception):
                     writer.flush()
-            if closing:
+            if closing or coord.exception is not None:
                 with contextlib.suppress(Exception):
                     if session.should_stop():
                         self._release_quietly()
