@@ -182,6 +182,9 @@ async def test_two_sessions_share_one_writer_until_the_last_ends(tmp_path: Path)
         await a.run(step)
     assert first.writer.closed
     assert len(list(tmp_path.joinpath("logs").iterdir())) == 1, "one event file"
+    async with MonitoredSession(TrainState(), hooks=[first]) as a:
+        await a.run(step)
+    assert len(list(tmp_path.joinpath("logs").iterdir())) == 2, "a later session: a new file"
 
 
 @pytest.mark.anyio
