@@ -135,8 +135,14 @@ def test_shared_writers_are_released_by_reference_count(tmp_path: Path) -> None:
     assert [e.step for e in summary_iterator(first.path)] == [0, 1], "a release flushes"
     FileWriterCache.release(second)
     assert first.closed, "the last release closes it"
+    FileWriterCache.release(first)  # closed: nothing more to do
+    stranger = FileWriter(logdir)
     with pytest.raises(ValueError, match="was not acquired"):
-        FileWriterCache.release(first)
+        FileWriterCache.release(stranger)
+    stranger.close()
+    held = FileWriterCache.acquire(logdir)
+    FileWriterCache.clear()
+    FileWriterCache.release(held)  # cleared under a session: its release is a no-op
     fresh = FileWriterCache.acquire(logdir)
     assert fresh is not first
     pinned = FileWriterCache.get(logdir)

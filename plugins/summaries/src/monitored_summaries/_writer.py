@@ -389,10 +389,15 @@ class FileWriterCache:
     @classmethod
     def release(cls, writer: FileWriter) -> None:
         """Give back a writer taken with :meth:`acquire`: flush it, and close it (and
-        forget it) if nothing else holds it. Raises its :class:`SummaryWriteError`."""
+        forget it) if nothing else holds it. Raises its :class:`SummaryWriteError`.
+
+        A writer closed meanwhile (by :meth:`clear`, say) needs nothing more.
+        """
         with cls._lock:
             holders = cls._holders.get(writer, 0) - 1
             if holders < 0:
+                if writer.closed:
+                    return
                 raise ValueError(f"FileWriterCache.release: {writer!r} was not acquired")
             if holders:
                 cls._holders[writer] = holders
