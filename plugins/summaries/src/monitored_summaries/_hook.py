@@ -56,7 +56,8 @@ class SummarySaverHook:
     Args:
         save_steps: write every this many global steps, or
         save_secs: every this many seconds (exactly one of the two).
-        output_dir: the log directory; its writer comes from :class:`FileWriterCache`.
+        output_dir: the log directory; its shared writer is acquired from
+            :class:`FileWriterCache` for each session and released when it ends.
         summary_writer: a :class:`FileWriter` to use instead of ``output_dir``'s.
         scaffold, summary_op: TF1's arguments; a graph's summary op has no
             equivalent here (record with ``summaries.scalar(...)`` in the step, or
