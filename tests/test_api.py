@@ -121,3 +121,13 @@ def test_errors_report_the_public_module_and_other_classes_their_own() -> None:
     assert repr(monitored.PluginValidationError) == "<class 'monitored.PluginValidationError'>"
     for cls in (monitored.TrainingConfig, monitored.SessionRunValues, monitored.TrainState):
         typing.get_type_hints(cls)
+
+
+def test_one_way_to_open_what_is_read_from_disk_is_public() -> None:
+    """Issue 25 §7: plugins share the core's opener, documented for plugin authors."""
+    names = {"UnsafeFileError", "is_plain_name", "open_regular_file", "read_regular_file"}
+    assert names <= set(monitored.__all__)
+    guide = (DOCS / "plugins.md").read_text()
+    assert "## Reading files from disk" in guide
+    for name in names:
+        assert name in guide, f"docs/plugins.md does not mention {name}"

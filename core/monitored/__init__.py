@@ -37,6 +37,7 @@ from ._core._errors import (
     UnsupportedArgumentError,
 )
 from ._core._fetch import OptionalFetch, optional
+from ._core._files import UnsafeFileError, is_plain_name, open_regular_file, read_regular_file
 from ._core._markers import hookimpl, hookspec
 from ._core._options import Option
 from ._core._plugins import PluginInfo, installed_plugins
@@ -191,6 +192,7 @@ __all__ = [
     "TrainState",
     "TrainingConfig",
     "UnavailableError",
+    "UnsafeFileError",
     "UnsupportedArgumentError",
     "WarmStartError",
     "__version__",
@@ -216,12 +218,15 @@ __all__ = [
     "installed_plugins",
     "inverse_time_decay",
     "is_device_array",
+    "is_plain_name",
     "linear_warmup",
     "natural_exp_decay",
+    "open_regular_file",
     "optional",
     "piecewise_constant",
     "polynomial_decay",
     "prefetch",
+    "read_regular_file",
     "shuffle_batch",
     "start_queue_runners",
     "to_host",

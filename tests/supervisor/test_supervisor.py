@@ -324,6 +324,18 @@ async def test_summary_services_write_the_function_step_records_and_step_rate(
     assert sv.summary_writer.closed, "closed at the end (close_summary_writer)"
 
 
+async def test_close_summary_writer_false_keeps_the_writer_open(tmp_path: Path) -> None:
+    """The session's summary hook releases the shared writer at its end; the
+    Supervisor still holds it (TF1: the event file stays open for more summaries)."""
+    sv = Supervisor(new_state(), logdir=tmp_path, save_summaries_secs=0.01)
+    async with sv.managed_session(close_summary_writer=False) as sess:
+        await sess.run(step)
+    writer = sv.summary_writer
+    assert writer is not None
+    assert not writer.closed
+    writer.close()
+
+
 async def test_summary_op_none_leaves_summaries_to_summary_computed(tmp_path: Path) -> None:
     import monitored_summaries
 

@@ -559,8 +559,10 @@ class Supervisor:
         self._session = session
         try:
             if session.is_chief and self._writer is None and self._summary_hook is not None:
-                # The hook opened the directory's shared writer when the session began.
-                self._writer = getattr(self._summary_hook, "writer", None)
+                # The hook opened the directory's shared writer when the session began;
+                # the Supervisor holds it too (the session's end only releases it), so
+                # close_summary_writer=False keeps it open, as TF1's did.
+                self._writer = self.summary_writer
             if start_standard_services:
                 if session.is_chief:
                     self.start_standard_services(session)

@@ -532,6 +532,21 @@ def test_the_warning_and_error_name_the_file_and_the_problem(scene: Scene) -> No
         restore(TrainState(), scene.run / "model.ckpt-2")
 
 
+def test_one_way_to_open_the_store_refuses_through_the_core_opener(scene: Scene) -> None:
+    """Issue 25 §7: the store has no opener of its own; the core's refusal is the cause."""
+    from monitored import UnsafeFileError
+
+    _fifo("model.ckpt-2.safetensors")(scene)
+    with pytest.raises(UnsafeCheckpointError, match="is a FIFO, not a regular file") as info:
+        _guarded(lambda: restore(TrainState(), scene.run / "model.ckpt-2"))
+    assert isinstance(info.value.__cause__, UnsafeFileError)
+    (scene.run / "model.ckpt-3.json").unlink()
+    with open(scene.run / "model.ckpt-3.json", "wb") as file:
+        file.truncate(MAX_MANIFEST_BYTES + 1)  # sparse: claimed, never read
+    with pytest.raises(UnsafeCheckpointError, match="more than the .* a manifest may have"):
+        restore(TrainState(), scene.run / "model.ckpt-3")
+
+
 # -- latest_checkpoint + restore --------------------------------------------------------------------
 @pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
 def test_latest_checkpoint_and_restore_are_confined(scene: Scene, case: Case) -> None:

@@ -267,6 +267,7 @@ def test_the_distributed_optimizer_refuses_an_unknown_op_or_argument() -> None:
     with pytest.raises(TypeError, match="unexpected keyword argument 'learning_rat'"):
         monitored_mpi.DistributedOptimizer(sgd, learning_rat=0.1)
 
+
 async def test_monitored_mpi_says_it_is_inactive_in_a_single_process(
     unprobed: None, monkeypatch: pytest.MonkeyPatch, caplog: Any
 ) -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import random
 import struct
+import time
+import tracemalloc
 import uuid
 from pathlib import Path
 
@@ -13,7 +16,14 @@ from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.proto.summary_pb2 import Summary
 from tensorboardX.record_writer import masked_crc32c
 
-from monitored_summaries import FileWriter, SummaryReaderError, summary_iterator
+from monitored_summaries import (
+    MAX_RECORD_BYTES,
+    FileWriter,
+    SummaryReaderError,
+    _reader,
+    summary_iterator,
+)
+from monitored_summaries._reader import MAX_EVENT_BYTES
 
 
 def record(data: bytes, *, header_crc: int | None = None, data_crc: int | None = None) -> bytes:
@@ -46,11 +56,104 @@ def test_a_file_cut_short_yields_every_complete_event(tmp_path: Path) -> None:
         assert [e.step for e in summary_iterator(path)] == [1], cut
 
 
+@pytest.mark.parametrize("chunk", [1, 13, 64, 1 << 20])
+def test_records_across_read_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    """The file is read in chunks: records straddling them, or larger, read the same."""
+    monkeypatch.setattr(_reader, "_CHUNK", chunk)
+    summaries = [
+        Summary(value=[Summary.Value(tag="t" * (1 + 37 * i % 300), simple_value=i)])
+        for i in range(40)
+    ]
+    frames = [record(Event(step=i, summary=v).SerializeToString()) for i, v in enumerate(summaries)]
+    path = tmp_path / "events"
+    path.write_bytes(b"".join(frames))
+    assert [e.step for e in summary_iterator(path)] == list(range(40))
+    cut = sum(len(f) for f in frames[:25]) + len(frames[25]) // 2
+    path.write_bytes(b"".join(frames)[:cut])
+    assert [e.step for e in summary_iterator(path)] == list(range(25))
+    damaged = bytearray(b"".join(frames))
+    damaged[sum(len(f) for f in frames[:30]) + 14] ^= 0xFF
+    path.write_bytes(bytes(damaged))
+    offset = sum(len(f) for f in frames[:30])
+    with pytest.raises(SummaryReaderError, match=f"corrupt event at byte {offset}"):
+        list(summary_iterator(path))
+
+
 def test_a_record_claiming_more_than_the_file_is_not_read(tmp_path: Path) -> None:
-    header = struct.pack("<Q", 1 << 40)
+    header = struct.pack("<Q", 1 << 20)
     path = tmp_path / "huge"
     path.write_bytes(record(event(1)) + header + struct.pack("<I", masked_crc32c(header)))
     assert [e.step for e in summary_iterator(path)] == [1]
+
+
+def sparse_event_file(path: Path, claimed: int) -> int:
+    """A good event, then a record header claiming ``claimed`` bytes, in a sparse file
+    as long as the claim (no disk used); returns the offset of the big record."""
+    first = record(event(1))
+    header = struct.pack("<Q", claimed)
+    with open(path, "wb") as file:
+        file.write(first + header + struct.pack("<I", masked_crc32c(header)))
+        file.truncate(len(first) + 12 + claimed + 4)
+    return len(first)
+
+
+@pytest.mark.parametrize("claimed", [256 << 20, 2 << 30, 1 << 40])
+def test_refuse_records_larger_than_the_bound_before_reading_them(
+    tmp_path: Path, claimed: int
+) -> None:
+    """Issue 25 §6: a crafted 256 MiB or 2 GiB record fails fast, allocating nothing."""
+    path = tmp_path / f"events.out.tfevents.{claimed}"
+    offset = sparse_event_file(path, claimed)
+    assert os.stat(path).st_size > claimed
+    steps: list[int] = []
+    tracemalloc.start()
+    started = time.process_time()
+    try:
+        with pytest.raises(
+            SummaryReaderError,
+            match=rf"{path}: the record at byte {offset} claims {claimed} bytes, more than "
+            rf"the {MAX_RECORD_BYTES} a record may have",
+        ):
+            steps.extend(e.step for e in summary_iterator(path))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert steps == [1], "the events before it are yielded"
+    assert peak < 4 << 20, f"{peak} bytes allocated for a refused record"
+    assert time.process_time() - started < 5
+
+
+def test_the_record_bound_is_documented_and_adjustable(tmp_path: Path) -> None:
+    assert MAX_RECORD_BYTES == 64 << 20
+    path = tmp_path / "events"
+    data = event(1)
+    path.write_bytes(record(data) + record(event(2)))
+    assert [e.step for e in summary_iterator(path, max_record_bytes=len(data))] == [1, 2]
+    with pytest.raises(SummaryReaderError, match=f"claims {len(data)} bytes, more than the 4"):
+        list(summary_iterator(path, max_record_bytes=4))
+    for bad in (0, -1, MAX_EVENT_BYTES + 1, 1.5, True):
+        with pytest.raises(ValueError, match="max_record_bytes must be an int"):
+            list(summary_iterator(path, max_record_bytes=bad))  # type: ignore[arg-type]
+
+
+def test_reading_event_files_at_library_speed_uses_the_accelerated_crc32c() -> None:
+    """Issue 25 §6: the reader and tensorboardX's writer both use the ``crc32c`` package
+    (tensorboardX falls back to pure Python without it)."""
+    import crc32c
+    import tensorboardX.crc32c
+    import tensorboardX.record_writer
+
+    assert tensorboardX.record_writer.crc32c is crc32c.crc32c, "the writer's CRC is pure Python"
+    assert _reader.crc32c is crc32c.crc32c
+    rng = random.Random(0)
+    for size in (0, 1, 7, 8, 100, 4096, 100_003):
+        data = rng.randbytes(size)
+        slow = tensorboardX.crc32c._crc32c(data)
+        expected = ((((slow >> 15) | (slow << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+        assert _reader.masked_crc32c(data) == masked_crc32c(data) == expected, size
+        assert _reader.masked_crc32c(memoryview(data)) == expected
 
 
 def test_a_corrupt_header_is_an_error(tmp_path: Path) -> None:
@@ -88,6 +191,22 @@ def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     os.mkfifo(path)
     with pytest.raises(SummaryReaderError, match="is a FIFO, not an event file"):
         list(summary_iterator(path))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_one_way_to_open_the_reader_refuses_through_the_core_opener(tmp_path: Path) -> None:
+    """Issue 25 §7: the reader has no opener of its own; links are followed to a
+    regular file only."""
+    from monitored import UnsafeFileError
+
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "events.link").symlink_to(tmp_path / "fifo")
+    with pytest.raises(SummaryReaderError, match="events.link is a FIFO") as info:
+        list(summary_iterator(tmp_path / "events.link"))
+    assert isinstance(info.value.__cause__, UnsafeFileError)
+    (tmp_path / "real").write_bytes(record(event(7)))
+    (tmp_path / "good.link").symlink_to(tmp_path / "real")
+    assert [e.step for e in summary_iterator(tmp_path / "good.link")] == [7]
 
 
 def test_a_directory_and_a_device_are_refused(tmp_path: Path) -> None:

@@ -158,15 +158,16 @@ async def test_a_crashed_session_leaves_every_event_readable(logdir: str, scalar
         if state.global_step == 4:
             raise RuntimeError("boom")
 
+    kept = FileWriterCache.get(logdir)  # held beyond the session: released, not closed
     hook = SummarySaverHook(save_steps=1, output_dir=logdir)
     with pytest.raises(RuntimeError, match="boom"):
         async with MonitoredSession(TrainState(), hooks=[hook]) as s:
             while True:
                 await s.run(step)
     # Read without closing the writer: what was written before the crash is on disk.
-    assert hook.writer is not None
-    assert not hook.writer.closed
-    events = list(summary_iterator(hook.writer.path))
+    assert hook.writer is kept
+    assert not kept.closed
+    events = list(summary_iterator(kept.path))
     assert scalars(events)["x"] == [(1, 1.0), (2, 2.0), (3, 3.0)]
 
 

@@ -11,10 +11,11 @@ upload completes, and the checkpoint protocol (manifest written last, see
 
 A checkpoint directory may have been written by someone else, so every name a
 store is given must be a plain file name of the directory (:func:`check_name`),
-and a local store opens regular files only: a FIFO, a device or a symbolic link
-that leads out of the directory is refused with :class:`UnsafeCheckpointError`
-before anything is read, and :meth:`Store.read_bytes` never reads more than the
-limit it is given (see "Security" in ``docs/checkpoint.md``).
+and a local store opens regular files only, through the core's
+:func:`monitored.open_regular_file`: a FIFO, a device or a symbolic link that
+leads out of the directory is refused with :class:`UnsafeCheckpointError` before
+anything is read, and :meth:`Store.read_bytes` never reads more than the limit it
+is given (see "Security" in ``docs/checkpoint.md``).
 """
 
 from __future__ import annotations
@@ -22,15 +23,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import stat
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, Final, cast, final
 
+from monitored import UnsafeFileError, is_plain_name, open_regular_file, read_regular_file
+
 from ._errors import CheckpointDirectoryError, CorruptCheckpointError, UnsafeCheckpointError
 
 __all__ = [
-    "MAX_NAME_BYTES",
     "TEMP_MARKER",
     "FsspecStore",
     "LocalStore",
@@ -43,28 +44,11 @@ __all__ = [
 
 #: Part of the name of every temporary file, so leftovers of a killed save are recognized.
 TEMP_MARKER: Final = ".tmp-"
-#: The longest file name (in UTF-8 bytes) a store accepts: POSIX's usual ``NAME_MAX``.
-MAX_NAME_BYTES: Final = 255
-
-
-def is_plain_name(name: object) -> bool:
-    """Whether ``name`` is a plain file name: no directory part, nothing to resolve.
-
-    Not empty, not ``.`` or ``..``, no ``/``, ``\\`` or NUL, at most
-    :data:`MAX_NAME_BYTES` bytes of UTF-8 (lone surrogates are refused too).
-    """
-    if not isinstance(name, str) or name in ("", ".", ".."):
-        return False
-    if "/" in name or "\\" in name or "\0" in name:
-        return False
-    try:
-        return len(name.encode("utf-8")) <= MAX_NAME_BYTES
-    except UnicodeEncodeError:
-        return False
 
 
 def check_name(name: object, where: str) -> str:
-    """``name`` if it is a plain file name, else :class:`UnsafeCheckpointError`.
+    """``name`` if it is a plain file name (:func:`monitored.is_plain_name`), else
+    :class:`UnsafeCheckpointError`.
 
     ``where`` (the directory or the file that gave the name) goes in the message.
     """
@@ -168,7 +152,7 @@ class Store:
         with self.open_file(name) as (file, size):
             if size > limit:
                 raise UnsafeCheckpointError(
-                    f"{self.path(name)} has {size} bytes, more than the {limit} a "
+                    f"{self.path(name)} has {size} bytes, more than the {limit} "
                     f"{_kind(name)} may have; refused"
                 )
             chunks: list[bytes] = []
@@ -182,7 +166,7 @@ class Store:
             data = b"".join(chunks)
         if len(data) > limit:
             raise UnsafeCheckpointError(
-                f"{self.path(name)} is larger than the {limit} bytes a {_kind(name)} may "
+                f"{self.path(name)} is larger than the {limit} bytes {_kind(name)} may "
                 "have; refused"
             )
         return data
@@ -260,46 +244,32 @@ class LocalStore(Store):
             raise
         _fsync_directory(self._dir)
 
-    def _resolve(self, name: str) -> str:
-        """The path to open for ``name``: itself, or the target of a link that stays inside.
-
-        A symbolic link is followed only when its target, fully resolved, is in
-        this directory or below it; anything else is refused, so a directory
-        cannot make a reader open ``/dev/zero`` or another user's files.
-        """
-        path = os.path.join(self._dir, check_name(name, self.url))
-        if not os.path.islink(path):
-            return path
-        root = os.path.realpath(self._dir)
-        target = os.path.realpath(path)
-        if os.path.commonpath([root, target]) != root:
-            raise UnsafeCheckpointError(
-                f"{self.path(name)} is a symbolic link to {target}, outside the checkpoint "
-                "directory; refused"
-            )
-        return target
-
     @contextlib.contextmanager
-    def open_file(self, name: str) -> Iterator[tuple[BinaryIO, int]]:
-        where = self.path(name)
-        path = self._resolve(name)
-        # Check the type before opening (opening a FIFO blocks, a device may act),
-        # then again on the open descriptor, in case the entry changed meanwhile.
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-        flags |= getattr(os, "O_CLOEXEC", 0)
+    def _refusing(self, name: str) -> Iterator[None]:
+        """Turn the core opener's refusals into this plugin's errors."""
         try:
-            _require_regular(os.stat(path).st_mode, where)
-            fd = os.open(path, flags)
+            yield
+        except UnsafeFileError as exc:
+            raise UnsafeCheckpointError(str(exc)) from exc
         except FileNotFoundError:
             raise
         except OSError as exc:
             raise CorruptCheckpointError(
-                f"{where} cannot be opened: {type(exc).__name__}: {exc}"
+                f"{self.path(name)} cannot be opened: {type(exc).__name__}: {exc}"
             ) from None
-        with open(fd, "rb", buffering=0) as file:
-            info = os.fstat(fd)
-            _require_regular(info.st_mode, where)
-            yield cast(BinaryIO, file), info.st_size
+
+    @contextlib.contextmanager
+    def open_file(self, name: str) -> Iterator[tuple[BinaryIO, int]]:
+        check_name(name, self.url)
+        with self._refusing(name):
+            file = open_regular_file(name, within=self._dir, buffering=0)
+        with file:
+            yield file, os.fstat(file.fileno()).st_size
+
+    def read_bytes(self, name: str, limit: int) -> bytes:
+        check_name(name, self.url)
+        with self._refusing(name):
+            return read_regular_file(name, within=self._dir, max_bytes=limit, what=_kind(name))
 
     def size(self, name: str) -> int:
         with self.open_file(name) as (_, size):
@@ -410,28 +380,12 @@ def open_store(directory: str | os.PathLike[str]) -> Store:
     return FsspecStore(url, fs, root)
 
 
-def _require_regular(mode: int, where: str) -> None:
-    if not stat.S_ISREG(mode):
-        kind = (
-            "directory"
-            if stat.S_ISDIR(mode)
-            else "FIFO"
-            if stat.S_ISFIFO(mode)
-            else "device"
-            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "socket"
-            if stat.S_ISSOCK(mode)
-            else "special file"
-        )
-        raise UnsafeCheckpointError(f"{where} is a {kind}, not a regular file; refused")
-
-
 def _kind(name: str) -> str:
     if name.endswith(".json"):
-        return "manifest"
+        return "a manifest"
     if name == "checkpoint":
-        return "state file"
-    return "file of this kind"
+        return "a state file"
+    return "a file of this kind"
 
 
 def _protocols(fs: Any) -> tuple[str, ...]:

@@ -25,7 +25,7 @@ from ._errors import (
     SummaryWriteError,
 )
 from ._hook import SummarySaverHook
-from ._reader import summary_iterator
+from ._reader import MAX_RECORD_BYTES, summary_iterator
 from ._record import audio, histogram, hparams, image, scalar, text
 from ._writer import FileWriter, FileWriterCache, SummaryWriter
 
@@ -35,6 +35,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0+unknown"
 
 __all__ = [
+    "MAX_RECORD_BYTES",
     "TF_BUCKET_LIMITS",
     "FileWriter",
     "FileWriterCache",

@@ -30,10 +30,11 @@ import logging
 import math
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from time import monotonic
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+import anyio
 import anyio.to_thread
 from tensorboardX.proto.event_pb2 import SessionLog
 from tensorboardX.proto.summary_pb2 import Summary
@@ -43,7 +44,12 @@ from monitored import SecondOrStepTimer, SessionRunArgs, to_host
 
 from . import _record
 from ._encode import clean_tag
-from ._errors import SummaryDirectoryError, SummaryScheduleError, SummaryValueError
+from ._errors import (
+    SummaryDirectoryError,
+    SummaryScheduleError,
+    SummaryValueError,
+    SummaryWriteError,
+)
 from ._writer import FileWriter, FileWriterCache, Record
 
 if TYPE_CHECKING:
@@ -63,7 +69,8 @@ class SummarySaverHook:
     Args:
         save_steps: write every this many global steps, or
         save_secs: every this many seconds (exactly one of the two).
-        output_dir: the log directory; its writer comes from :class:`FileWriterCache`.
+        output_dir: the log directory; its shared writer is acquired from
+            :class:`FileWriterCache` for each session and released when it ends.
         summary_writer: a :class:`FileWriter` to use instead of ``output_dir``'s.
         scaffold, summary_op: TF1's arguments; a graph's summary op has no
             equivalent here (record with ``summaries.scalar(...)`` in the step, or
@@ -82,8 +89,10 @@ class SummarySaverHook:
         "_every_secs",
         "_every_steps",
         "_final_metrics",
+        "_held",
         "_hparams_written",
         "_last_written",
+        "_listener",
         "_recorder",
         "_timer",
         "_writer",
@@ -170,7 +179,10 @@ class SummarySaverHook:
         self._last_written: int | None = None
         self._recorder: _record.Recorder | None = None
         self._writer: FileWriter | None = None
+        #: The shared writer this hook acquired for the running session (to release).
+        self._held: FileWriter | None = None
         self._coord: Coordinator | None = None
+        self._listener: Callable[[SummaryWriteError], None] | None = None
         self._hparams_written = False
         self._final_metrics: dict[str, float] = {}
 
@@ -181,12 +193,14 @@ class SummarySaverHook:
 
     # -- hooks ------------------------------------------------------------------------------------
     def begin(self, session: MonitoredSession) -> None:
+        # A hook used again after a session that failed before it could release.
+        self._release_quietly()
         # Fails now, naming the directory, not at the first write.
         if self.summary_writer is not None:
             self._writer = self.summary_writer
         else:
             assert self.output_dir is not None
-            self._writer = FileWriterCache.get(self.output_dir)
+            self._writer = self._held = FileWriterCache.acquire(self.output_dir)
         self._timer.reset()
         self._last_written = None
         self._arm_after = 0 if self._every_steps is not None else _NEVER
@@ -194,10 +208,10 @@ class SummarySaverHook:
 
     def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
         writer = self._require_writer()
-        if self._coord is not None:
-            writer.remove_error_listener(self._coord.request_stop)
+        self._detach()
         self._coord = coord
-        writer.add_error_listener(coord.request_stop)
+        self._listener = _stop_on_error(coord)
+        writer.add_error_listener(self._listener)
         self._disarm()
         # The step the first run writes: TensorBoard drops what an earlier run wrote
         # from that step on (purge of orphaned data).
@@ -207,7 +221,7 @@ class SummarySaverHook:
             _record.hparams(self.hparams, self.metrics)
         self._write_hparams(first)
         self._arm(first)
-        coord.start_soon(self._flush_when_stopped, coord)
+        coord.start_soon(self._flush_when_stopped, session, coord)
 
     def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
         # Sync on purpose: on a step that is not due nothing is made, fetched or awaited.
@@ -243,16 +257,17 @@ class SummarySaverHook:
             self._write_hparams(step, end=True)
             writer.add_session_log(SessionLog(status=SessionLog.STOP), step)
             await anyio.to_thread.run_sync(writer.flush)
-        finally:
-            if self._coord is not None:
-                writer.remove_error_listener(self._coord.request_stop)
-                self._coord = None
+        except BaseException:
+            self._release_quietly()  # what failed propagates; the writer is given back
+            raise
+        # The session is over: its shared writer is closed if no other session holds it.
+        await anyio.to_thread.run_sync(self._release)
 
     def write_summaries(
         self, session: MonitoredSession, step: int, summaries: Mapping[str, Any]
     ) -> None:
         """The core's summary sink: ``global_step/sec`` and other hooks' values."""
-        if self._writer is None:
+        if self._writer is None or self._writer.closed:
             return
         records: list[Record] = []
         for tag, value in summaries.items():
@@ -262,7 +277,7 @@ class SummarySaverHook:
 
     def after_save(self, session: MonitoredSession, step: int, path: str) -> None:
         """TF1's ``SessionLog.CHECKPOINT``, after each checkpoint a checkpoint plugin wrote."""
-        if self._writer is not None:
+        if self._writer is not None and not self._writer.closed:
             log_entry = SessionLog(status=SessionLog.CHECKPOINT, checkpoint_path=str(path))
             self._writer.add_session_log(log_entry, step)
 
@@ -346,15 +361,47 @@ class SummarySaverHook:
             raise RuntimeError("SummarySaverHook: begin was not called")
         return self._writer
 
-    async def _flush_when_stopped(self, coord: Coordinator) -> None:
-        """Flush however the session ends: a crash leaves every event before it readable."""
+    async def _flush_when_stopped(self, session: MonitoredSession, coord: Coordinator) -> None:
+        """Flush however the session ends: a crash leaves every event before it readable.
+
+        A failed session never calls ``end``: the shared writer is released here
+        when the session's close cancels this task, or when the stop carries an
+        exception that ends the session (a background task failed). A session
+        that recovers (re-created, the stop not final) keeps its writer.
+        """
+        closing = False
         try:
             await coord.wait_for_stop()
+        except anyio.get_cancelled_exc_class():
+            closing = True
+            raise
         finally:
             writer = self._writer
             if writer is not None and writer.error is None and not writer.closed:
                 with contextlib.suppress(Exception):
                     writer.flush()
+            if closing or coord.exception is not None:
+                with contextlib.suppress(Exception):
+                    if session.should_stop():
+                        self._release_quietly()
+
+    def _detach(self) -> None:
+        """Stop telling the session's coordinator about write failures."""
+        if self._listener is not None and self._writer is not None:
+            self._writer.remove_error_listener(self._listener)
+        self._listener = self._coord = None
+
+    def _release(self) -> None:
+        """Give the shared writer back: flushed, and closed once no session holds it."""
+        self._detach()
+        writer, self._held = self._held, None
+        if writer is not None:
+            FileWriterCache.release(writer)
+
+    def _release_quietly(self) -> None:
+        """:meth:`_release` where a failure was already reported (or nobody is left)."""
+        with contextlib.suppress(SummaryWriteError):
+            self._release()
 
     def __repr__(self) -> str:
         where = self.output_dir if self.output_dir is not None else self.summary_writer
@@ -396,6 +443,18 @@ class _TimedFetchingSummarySaverHook(_FetchingSummarySaverHook):
             if self._timer.should_trigger_for_step(step):
                 self._arm(step)
         return super().before_run(run_context)
+
+
+def _stop_on_error(coord: Coordinator) -> Callable[[SummaryWriteError], None]:
+    """A writer's error listener: stop ``coord``'s session with the failure, unless that
+    session is over (a joined coordinator would raise it into the writer's thread)."""
+
+    def listener(error: SummaryWriteError) -> None:
+        if not coord.joined:
+            with contextlib.suppress(SummaryWriteError):
+                coord.request_stop(error)
+
+    return listener
 
 
 def _names(argument: str, names: Iterable[str]) -> tuple[str, ...]:

@@ -117,6 +117,9 @@ class FileWriter:
         self._listeners: list[Callable[[SummaryWriteError], None]] = []
         self._lock = threading.Lock()
         self._closed = False
+        #: Set when the event file is dropped on purpose (removed by its owner): a
+        #: failure then is neither logged nor handed to listeners.
+        self._quiet = False
         self._thread = threading.Thread(
             target=self._work, name=f"summary-writer {self.path}", daemon=True
         )
@@ -195,6 +198,17 @@ class FileWriter:
         finally:
             _LIVE.discard(self)
         self._raise_error()
+
+    def _gone(self) -> bool:
+        """Whether this local writer's event file was removed (with its directory, say)."""
+        return self._dir.local is not None and not os.path.exists(self.path)
+
+    def _discard(self) -> None:
+        """Close without reporting: the event file was removed by whoever owns it, so
+        what is still queued has nowhere to go and nobody to tell."""
+        self._quiet = True
+        with contextlib.suppress(SummaryWriteError):
+            self.close()
 
     def reopen(self) -> None:
         """TF1's ``reopen``: here a closed writer stays closed; make a new one instead."""
@@ -319,6 +333,8 @@ class FileWriter:
             error = SummaryWriteError(f"{exc} (writing to {self.path})", path=self.path)
             error.__cause__ = exc
         self._error = error
+        if self._quiet:
+            return
         log.error("%s", error)
         for listener in list(self._listeners):
             try:
@@ -342,38 +358,100 @@ class FileWriterCache:
     TF1's ``FileWriterCache``: every writer of a directory appends to one event
     file, which TensorBoard reads better than several files written at once.
     A writer that was closed or failed is replaced by a fresh one.
+
+    :meth:`get` hands out a directory's writer for good (TF1's way: it stays open
+    until :meth:`clear` or the end of the process). A session takes it with
+    :meth:`acquire` and gives it back with :meth:`release` when it ends, so the
+    writer is flushed then and closed once no session (and no :meth:`get`) holds
+    it: nothing is left to write into a directory after its last session.
     """
 
     _writers: dict[str, FileWriter] = {}  # noqa: RUF012 (a process-wide cache, on purpose)
+    #: How many sessions hold each writer (acquire/release).
+    _holders: dict[FileWriter, int] = {}  # noqa: RUF012
+    #: Writers handed out by get: never closed by a release.
+    _pinned: weakref.WeakSet[FileWriter] = weakref.WeakSet()  # noqa: RUF012
     _lock = threading.Lock()
 
     @classmethod
     def get(cls, logdir: str | os.PathLike[str]) -> FileWriter:
-        """The writer of ``logdir``, made on first use."""
-        key = open_logdir(logdir).key
+        """The writer of ``logdir``, made on first use; it stays open until :meth:`clear`."""
         with cls._lock:
-            writer = cls._writers.get(key)
-            if writer is None or writer.closed or writer.error is not None:
-                writer = cls._writers[key] = FileWriter(os.fspath(logdir))
+            writer = cls._current(logdir)
+            cls._pinned.add(writer)
             return writer
+
+    @classmethod
+    def acquire(cls, logdir: str | os.PathLike[str]) -> FileWriter:
+        """The writer of ``logdir``, held until :meth:`release` (a session's writer)."""
+        with cls._lock:
+            writer = cls._current(logdir)
+            cls._holders[writer] = cls._holders.get(writer, 0) + 1
+            return writer
+
+    @classmethod
+    def release(cls, writer: FileWriter) -> None:
+        """Give back a writer taken with :meth:`acquire`: flush it, and close it (and
+        forget it) if nothing else holds it. Raises its :class:`SummaryWriteError`.
+
+        A writer closed meanwhile (by :meth:`clear`, say) needs nothing more.
+        """
+        with cls._lock:
+            holders = cls._holders.get(writer, 0) - 1
+            if holders < 0:
+                if writer.closed:
+                    return
+                raise ValueError(f"FileWriterCache.release: {writer!r} was not acquired")
+            if holders:
+                cls._holders[writer] = holders
+            else:
+                del cls._holders[writer]
+            last = not holders and writer not in cls._pinned
+            if last:
+                for key, cached in list(cls._writers.items()):
+                    if cached is writer:
+                        del cls._writers[key]
+        if last:
+            writer.close()
+        else:
+            writer.flush()
 
     @classmethod
     def clear(cls) -> None:
         """Close and forget every cached writer (errors of failed writers are dropped)."""
         with cls._lock:
             writers, cls._writers = list(cls._writers.values()), {}
+            cls._holders.clear()
+            cls._pinned.clear()
         for writer in writers:
             with contextlib.suppress(SummaryWriteError):
                 writer.close()
 
+    @classmethod
+    def _current(cls, logdir: str | os.PathLike[str]) -> FileWriter:
+        """The live writer of ``logdir``, made anew if there is none (called locked)."""
+        key = open_logdir(logdir).key
+        writer = cls._writers.get(key)
+        if writer is None or writer.closed or writer.error is not None:
+            writer = cls._writers[key] = FileWriter(os.fspath(logdir))
+        return writer
+
 
 @atexit.register
 def _flush_all_at_exit() -> None:
-    """Flush every open writer when the interpreter exits (even after a crash)."""
+    """Flush every open writer when the interpreter exits (even after a crash).
+
+    A writer whose event file was removed meanwhile (its directory deleted, as a
+    test's temporary directory is) is closed without a word: there is nothing
+    to flush it to, and nobody asked for it any more.
+    """
     for writer in list(_LIVE):
         if writer.error is not None or writer.closed:
             continue  # its failure was raised already
-        try:
+        if writer._gone():
+            log.debug("at exit: %s was removed; closing its writer", writer.path)
+            writer._discard()
+            continue
+        # A failure here was logged by the writer's thread, naming the file.
+        with contextlib.suppress(SummaryWriteError):
             writer.flush()
-        except Exception:  # pragma: no cover - nothing left to raise to
-            log.exception("flushing %r at exit failed", writer)
