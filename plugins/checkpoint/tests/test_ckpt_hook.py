@@ -645,3 +645,85 @@ async def test_a_traced_step_shows_the_snapshot_and_the_background_write(tmp_pat
     assert write["args"]["background"] is True
     assert write["args"]["path"].endswith("model.ckpt-2")
     assert ("checkpoint", "write (background)") in profiler.costs
+
+
+# -- options (TF's RunConfig keep_checkpoint_max, issue 22) ------------------------------------
+async def test_plugin_options_max_to_keep_keeps_that_many_checkpoints(ckpt_dir: str) -> None:
+    await run_mts(
+        ckpt_dir, 6, save_checkpoint_steps=1, plugin_options={"checkpoint": {"max_to_keep": 3}}
+    )
+    assert steps_on_disk(ckpt_dir) == [4, 5, 6]
+
+
+async def test_plugin_options_max_to_keep_0_keeps_every_checkpoint(ckpt_dir: str) -> None:
+    await run_mts(
+        ckpt_dir, 7, save_checkpoint_steps=1, plugin_options={"checkpoint": {"max_to_keep": 0}}
+    )
+    assert steps_on_disk(ckpt_dir) == list(range(8))
+
+
+async def test_plugin_options_from_the_environment(
+    ckpt_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MONITORED_PLUGIN_OPTIONS", "checkpoint.max_to_keep=2")
+    await run_mts(ckpt_dir, 5, save_checkpoint_steps=1)
+    assert steps_on_disk(ckpt_dir) == [4, 5]
+
+
+def test_plugin_options_keep_checkpoint_every_n_hours_reaches_the_saver() -> None:
+    from monitored import TrainingConfig
+
+    [hook] = (
+        plugin_module.training_hooks(
+            TrainingConfig(
+                checkpoint_dir="d",
+                save_checkpoint_secs=60,
+                plugin_options={
+                    "checkpoint": {"max_to_keep": 1, "keep_checkpoint_every_n_hours": 0.5}
+                },
+            )
+        )
+        or []
+    )
+    assert isinstance(hook, CheckpointSaverHook)
+    assert (hook.saver.max_to_keep, hook.saver.keep_checkpoint_every_n_hours) == (1, 0.5)
+    assert [option.name for option in plugin_module.declare_options()] == [
+        "max_to_keep",
+        "keep_checkpoint_every_n_hours",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"max_to_keep": -1}, "PluginOptionError", r"checkpoint\.max_to_keep=-1: give the number"),
+        (
+            {"keep_checkpoint_every_n_hours": 0.0},
+            "PluginOptionError",
+            r"checkpoint\.keep_checkpoint_every_n_hours=0\.0: give a positive number",
+        ),
+        (
+            {"keep_checkpoint_every_n_hours": float("nan")},
+            "PluginOptionError",
+            r"checkpoint\.keep_checkpoint_every_n_hours=nan",
+        ),
+        (
+            {"max_to_keep": "3"},
+            "PluginOptionError",
+            r"option checkpoint\.max_to_keep: expected an int",
+        ),
+        (
+            {"max_keep": 3},
+            "PluginOptionError",
+            r"has no option 'max_keep'.*did you mean 'max_to_keep'",
+        ),
+    ],
+)
+async def test_plugin_options_bad_values_are_refused_naming_the_option(
+    ckpt_dir: str, options: dict[str, Any], error: str, match: str
+) -> None:
+    import monitored
+
+    with pytest.raises(getattr(monitored, error), match=match):
+        await run_mts(ckpt_dir, 2, save_checkpoint_steps=1, plugin_options={"checkpoint": options})
+    assert not os.path.exists(ckpt_dir) or steps_on_disk(ckpt_dir) == []
