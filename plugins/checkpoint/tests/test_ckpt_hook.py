@@ -727,3 +727,25 @@ async def test_plugin_options_bad_values_are_refused_naming_the_option(
     with pytest.raises(getattr(monitored, error), match=match):
         await run_mts(ckpt_dir, 2, save_checkpoint_steps=1, plugin_options={"checkpoint": options})
     assert not os.path.exists(ckpt_dir) or steps_on_disk(ckpt_dir) == []
+
+
+# -- the hook's methods called directly (TF1 users' own hook tests, issue 22) -------------------
+async def test_after_create_session_called_directly_saves_at_once(ckpt_dir: str) -> None:
+    """TF1's hook tests call ``hook.after_create_session(session, coord)`` themselves,
+    outside the session's creation: the save it defers to after every hook runs now."""
+    recorder = Recorder()
+    hook = CheckpointSaverHook(ckpt_dir, save_steps=2, listeners=[recorder], handle_signals=False)
+    async with MonitoredSession(new_state(), scaffold=Scaffold(init_fn=init)) as sess:
+        await hook.begin(sess)
+        await hook.after_create_session(sess, sess.coord)
+        assert ("before_save", 0) in recorder.events  # saved before the call returned
+        await sess.run(noisy_step)
+        await sess.run(noisy_step)
+        # after_run, called directly too: the save of step 2 is handed back to await.
+        context = monitored.SessionRunContext(None, sess)
+        saving = hook.after_run(context, monitored.SessionRunValues(None))
+        assert saving is not None
+        await saving
+        await hook.end(sess)
+    assert steps_on_disk(ckpt_dir) == [0, 2]
+    assert recorder.events[-1] == ("end", 2)
