@@ -184,7 +184,9 @@ async def test_train_and_evaluate_refuses_what_is_not_a_spec() -> None:
         await train_and_evaluate({}, eval_spec())  # type: ignore[arg-type]
     with pytest.raises(ExperimentConfigError, match="an EvalSpec, not TrainSpec"):
         await train_and_evaluate(TrainSpec(train_step), TrainSpec(train_step))  # type: ignore[arg-type]
-    with pytest.raises(ExperimentConfigError, match="hooks=...\\): not an Experiment argument"):
+    with pytest.raises(
+        ExperimentConfigError, match=r"train_and_evaluate\(hooks=...\): not a train_and_evaluate"
+    ):
         await train_and_evaluate(TrainSpec(train_step), eval_spec(), hooks=[])
 
 
