@@ -301,6 +301,11 @@ async def _train_spec_run(model_dir: Path, max_steps: int, **options: Any) -> mo
     return state
 
 
+def _kept(directory: Path) -> list[int]:
+    """The steps of the checkpoints in ``directory``."""
+    return sorted(int(p.name[len("model.ckpt-") : -5]) for p in directory.glob("model.ckpt-*.json"))
+
+
 @pytest.mark.usefixtures("checkpoint_plugin")
 async def test_train_spec_input_fn_generator_resumes_exactly(tmp_path: Path) -> None:
     """A generator input_fn goes on after the batches the checkpoint's steps trained on,
@@ -379,15 +384,11 @@ async def test_train_spec_input_fn_that_returns_no_input_is_refused() -> None:
 async def test_train_and_evaluate_keep_checkpoint_max(tmp_path: Path) -> None:
     """TF's RunConfig(keep_checkpoint_max=3): the checkpoint plugin's max_to_keep option."""
     await _train_spec_run(tmp_path, 12, keep_checkpoint_max=2)
-    assert sorted(p.name for p in tmp_path.glob("model.ckpt-*.json")) == [
-        "model.ckpt-12.json",
-        "model.ckpt-9.json",
-    ]
+    assert _kept(tmp_path) == [9, 12]
     await _train_spec_run(
         tmp_path / "hours", 6, keep_checkpoint_max=1, keep_checkpoint_every_n_hours=1e-9
     )
-    kept = sorted(int(p.name[11:-5]) for p in (tmp_path / "hours").glob("model.ckpt-*.json"))
-    assert kept == [0, 3, 6]  # past max_to_keep, one per (a tiny) number of hours
+    assert _kept(tmp_path / "hours") == [0, 3, 6]  # past max_to_keep, one per (tiny) period
 
 
 @pytest.mark.usefixtures("checkpoint_plugin")
@@ -395,7 +396,7 @@ async def test_train_and_evaluate_keep_checkpoint_max_through_plugin_options(
     tmp_path: Path,
 ) -> None:
     await _train_spec_run(tmp_path, 9, plugin_options={"checkpoint": {"max_to_keep": 1}})
-    assert [p.name for p in tmp_path.glob("model.ckpt-*.json")] == ["model.ckpt-9.json"]
+    assert _kept(tmp_path) == [9]
 
 
 @pytest.mark.parametrize(

@@ -584,7 +584,8 @@ def test_optimizer_accepts_a_numpy_scalar_gradient_for_a_0d_entry(
     """``err.mean()`` is an ``np.float32``: a 0-d entry takes it as TF1 took a 0-d tensor."""
     err = np.array([0.5, -1.5, 2.25], F32)
     scalar = err.mean()
-    assert isinstance(scalar, np.float32) and not isinstance(scalar, np.ndarray)
+    assert isinstance(scalar, np.float32)
+    assert not isinstance(scalar, np.ndarray)
     given, reference = (TrainState({"t": np.array(1.0, F32)}) for _ in range(2))
     opt_given, opt_reference = make(), make()
     for _ in range(3):
