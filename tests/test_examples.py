@@ -119,6 +119,15 @@ def test_tf1_estimator_port_resumes_bit_for_bit(tmp_path: Path, monkeypatch: Any
     kept = sorted(p.name for p in (tmp_path / "resumed").glob("model.ckpt-*.json"))
     # keep_checkpoint_max=3 of those every 100 steps from the resumed step 250, and the last.
     assert kept == ["model.ckpt-350.json", "model.ckpt-450.json", "model.ckpt-520.json"]
+    # Serving from the checkpoint (docs/evaluation.md): the same predictions.
+    from monitored_checkpoint import latest_checkpoint, restore
+
+    served = monitored.TrainState()
+    restore(served, latest_checkpoint(str(tmp_path / "resumed")))
+    _, (wide, deep, _) = port.load_data(0)
+    np.testing.assert_array_equal(
+        port.predict(served, wide, deep), port.predict(straight, wide, deep)
+    )
 
 
 def _newest_checkpoint_step(directory: Path) -> int:
