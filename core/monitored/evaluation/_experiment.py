@@ -487,7 +487,7 @@ class Experiment:
                 if batch is _END:
                     break
                 await sess.run(self.train_fn, batch)
-        if pipeline is not None:
+        if pipeline is not None and pipeline.name == TRAIN_INPUT_NAME:
             self._train_input_position = pipeline.plugin_state()
         return stopped
 
@@ -504,7 +504,7 @@ class Experiment:
             return None
         source = self.train_input_fn()
         if isinstance(source, Pipeline):
-            return source
+            return source  # the input function's own: its name, its position
         try:
             # Batches of any kind, as before (the step decides what it takes):
             # the structure check of array batches is not applied.
