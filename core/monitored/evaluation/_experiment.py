@@ -495,8 +495,9 @@ class Experiment:
         """``train_input_fn()`` as an input pipeline, at the last run's position.
 
         An iterable, async iterable or function of the batch index goes through
-        :func:`~monitored.data.prefetch` (named ``train_input_fn``); a pipeline
-        the input function made itself is used as it is. The position is the
+        :func:`~monitored.data.prefetch` (named ``train_input_fn``, read in
+        tasks on the event loop's thread); a pipeline the input function made
+        itself (worker threads, several workers) is used as it is. The position is the
         one the last training run of this Experiment ended at; restoring a
         checkpoint replaces it with the checkpoint's.
         """
@@ -506,9 +507,11 @@ class Experiment:
         if isinstance(source, Pipeline):
             return source  # the input function's own: its name, its position
         try:
-            # Batches of any kind, as before (the step decides what it takes):
-            # the structure check of array batches is not applied.
-            pipeline = prefetch(source, name=TRAIN_INPUT_NAME, check=False)
+            # Batches of any kind, as before (the step decides what it takes): no
+            # structure check. Read on the event loop's thread, as before: an input
+            # function's generator never runs beside the step (it need not be
+            # thread-safe), and a batch costs microseconds, not a thread hand-off.
+            pipeline = prefetch(source, name=TRAIN_INPUT_NAME, check=False, threads=False)
         except (TypeError, ValueError) as exc:
             what = "TrainSpec(input_fn=...)" if self._where != "Experiment" else "train_input_fn"
             raise ExperimentConfigError(
