@@ -518,3 +518,37 @@ async def test_eval_spec_start_delay_secs_has_no_effect_in_one_process_and_step_
         )
     assert (tmp_path / "model.ckpt-0.json").exists()  # written when the session was created
     assert heard.steps == [2, 4]  # ... and never evaluated
+
+
+@pytest.mark.usefixtures("checkpoint_plugin")
+async def test_train_spec_input_fn_function_of_the_batch_index_resumes_at_the_position(
+    tmp_path: Path,
+) -> None:
+    """An input function returning ``load(i)`` is resumed by asking for batch i directly."""
+    asked: list[int] = []
+
+    def load(index: int) -> np.ndarray:
+        if index >= 40:
+            raise IndexError(index)
+        asked.append(index)
+        return np.random.default_rng(index).standard_normal(1)
+
+    async def run(model_dir: Path, max_steps: int) -> monitored.TrainState:
+        state = monitored.TrainState()
+        await train_and_evaluate(
+            TrainSpec(drifting_step, input_fn=lambda: load, max_steps=max_steps),
+            eval_spec(throttle_secs=0),
+            model_dir=model_dir,
+            state=state,
+            scaffold=monitored.Scaffold(init_fn=init),
+            save_checkpoint_steps=3,
+            log_step_count_steps=None,
+        )
+        return state
+
+    await run(tmp_path / "resumed", 6)
+    asked.clear()
+    resumed = await run(tmp_path / "resumed", 11)
+    assert asked[0] == 6  # batches 0-5 are not made again
+    straight = await run(tmp_path / "straight", 11)
+    np.testing.assert_array_equal(resumed["w"], straight["w"])
