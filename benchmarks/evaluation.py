@@ -30,6 +30,17 @@ over the demo's held-out set (a ``MonitoredSession`` of its own) against the
 same eval steps and metric results written inline; CPU time per evaluation,
 median of ``--repeats`` runs of 20.
 
+``--what train-input``: what reading ``TrainSpec(input_fn=...)`` through
+``monitored.data.prefetch`` (as ``train_and_evaluate`` and ``Experiment`` do,
+for exact resume) costs per step: a ``MonitoredTrainingSession`` loop with a
+no-op step over ``--steps`` batches of a list and of a generator, the input
+iterated directly (what they did before) against the same input through the
+pipeline they make (tasks on the loop's thread, no structure check), and with
+the default ``prefetch`` (a worker thread). Runs alternate; CPU microseconds
+per step, medians of ``--repeats``.
+
+    python benchmarks/evaluation.py --what train-input [--steps 20000] [--repeats 7]
+
 Prints a markdown table and the command that produced it.
 """
 
@@ -305,10 +316,73 @@ def _evaluate_once_row(args: argparse.Namespace) -> None:
     print(f"{args.repeats} x {n}; {len(y_test)} held-out digits in {len(held_out)} batches)")
 
 
+def _train_input_row(args: argparse.Namespace) -> None:
+    """CPU per step of a session loop whose input is iterated directly or through prefetch."""
+    os.environ["MONITORED_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    batches = [np.ones(2)] * args.steps
+
+    def generator() -> Any:
+        yield from batches
+
+    def step(state: monitored.TrainState, batch: Any) -> None:
+        state.global_step += 1
+
+    async def direct(source: Callable[[], Any]) -> None:
+        state = monitored.TrainState()
+        async with monitored.MonitoredTrainingSession(state, log_step_count_steps=None) as sess:
+            for batch in source():
+                if sess.should_stop():
+                    break
+                await sess.run(step, batch)
+
+    async def piped(source: Callable[[], Any], **options: Any) -> None:
+        state = monitored.TrainState()
+        pipeline = monitored.data.prefetch(source(), name="train_input_fn", **options)
+        async with monitored.MonitoredTrainingSession(
+            state, hooks=[pipeline], log_step_count_steps=None
+        ) as sess:
+            async for batch in pipeline:
+                await sess.run(step, batch)
+
+    loops: dict[str, Callable[[Callable[[], Any]], Any]] = {
+        "iterated directly (before)": direct,
+        "prefetch, tasks, no check (TrainSpec now)": lambda src: piped(
+            src, threads=False, check=False
+        ),
+        "prefetch, default (a worker thread)": piped,
+    }
+    print(
+        f"python benchmarks/evaluation.py --what train-input --steps {args.steps} "
+        f"--repeats {args.repeats}\n"
+    )
+    print(
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}, NumPy {np.__version__}; load average "
+        f"{os.getloadavg()[0]:.1f}\n"
+    )
+    print("| input | loop | CPU us/step (median) | ratio |")
+    print("|---|---|--:|--:|")
+    for label, source in [("a list", lambda: batches), ("a generator", generator)]:
+        cpu: dict[str, list[float]] = {name: [] for name in loops}
+        for repeat in range(args.repeats + 1):  # the first round warms up
+            order = list(loops) if repeat % 2 == 0 else list(loops)[::-1]
+            for name in order:
+                start = time.process_time()
+                anyio.run(loops[name], source)
+                if repeat:
+                    cpu[name].append((time.process_time() - start) / args.steps * 1e6)
+        base = statistics.median(cpu["iterated directly (before)"])
+        for name, values in cpu.items():
+            value = statistics.median(values)
+            print(f"| {label} | {name} | {value:.1f} | {value / base:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--what", choices=["metrics", "train-and-evaluate", "evaluate-once"], default="metrics"
+        "--what",
+        choices=["metrics", "train-and-evaluate", "evaluate-once", "train-input"],
+        default="metrics",
     )
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--updates", type=int, default=200)
@@ -321,6 +395,9 @@ def main() -> None:
         return
     if args.what == "evaluate-once":
         _evaluate_once_row(args)
+        return
+    if args.what == "train-input":
+        _train_input_row(args)
         return
     rng = np.random.default_rng(0)
     n = args.batch

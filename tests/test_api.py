@@ -131,3 +131,32 @@ def test_one_way_to_open_what_is_read_from_disk_is_public() -> None:
     assert "## Reading files from disk" in guide
     for name in names:
         assert name in guide, f"docs/plugins.md does not mention {name}"
+
+
+def _section(page: str, heading: str) -> str:
+    text = (DOCS / page).read_text()
+    start = text.index(heading)
+    end = text.find("\n## ", start + len(heading))
+    return text[start : end if end != -1 else None]
+
+
+def test_tf1_migration_names_every_tf_train_optimizer_schedule_clipping_and_average() -> None:
+    """docs/tf1-migration.md's tf.train table: every name of monitored.train appears
+    in it, and every ``monitored.X`` it names exists (issue 22)."""
+    table = _section("tf1-migration.md", "## `tf.train`: optimizers, schedules")
+    named = set(re.findall(r"`monitored\.([A-Za-z_]\w*)", table))
+    missing = sorted(set(monitored.train.__all__) - named)
+    assert not missing, f"docs/tf1-migration.md's tf.train table lacks {missing}"
+    unknown = sorted(name for name in named if not hasattr(monitored, name))
+    assert not unknown, f"docs/tf1-migration.md names monitored.{unknown}, which do not exist"
+
+
+def test_tf1_migration_run_config_table_names_real_arguments() -> None:
+    """Each RunConfig field's replacement is an argument train_and_evaluate takes."""
+    table = _section("tf1-migration.md", "## `tf.estimator.RunConfig`")
+    arguments = set(re.findall(r"`(\w+)=`", table))
+    assert {"model_dir", "save_checkpoint_steps", "keep_checkpoint_max"} <= arguments
+    taken = set(inspect.signature(monitored.train_and_evaluate).parameters) | set(
+        inspect.signature(monitored.MonitoredTrainingSession).parameters
+    )
+    assert arguments <= taken, sorted(arguments - taken)

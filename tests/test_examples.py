@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
+import random
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -144,3 +149,91 @@ def test_horovod_digits_port_alone_learns_and_resumes_bit_for_bit(
     assert port.digest(resumed) == port.digest(straight)
     _, x_test, _, y_test = port.load_data()
     assert port.accuracy(straight, x_test, y_test) > 0.85
+
+
+def test_tf1_estimator_port_learns_and_serves_with_its_predict_function() -> None:
+    port = load("tf1_estimator_port")
+    state, result = anyio.run(port.train, 600, 0, None)
+    assert result.global_step == state.global_step == 600
+    assert result.metrics["accuracy"] > 0.93
+    assert result.metrics["auc"] > 0.97
+    # What replaces the SavedModel: the state (or a checkpoint) and predict().
+    _, (wide, deep, labels) = port.load_data(0)
+    probability = port.predict(state, wide, deep)
+    assert float(((probability > 0.5) == labels).mean()) == result.metrics["accuracy"]
+
+
+def test_tf1_estimator_port_resumes_bit_for_bit(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.delenv("MONITORED_DISABLE_PLUGIN_AUTOLOAD")  # the checkpoint plugin is needed
+    port = load("tf1_estimator_port")
+    anyio.run(port.train, 250, 0, str(tmp_path / "resumed"))
+    resumed, _ = anyio.run(port.train, 520, 0, str(tmp_path / "resumed"))
+    straight, _ = anyio.run(port.train, 520, 0, str(tmp_path / "straight"))
+    assert resumed.global_step == straight.global_step == 520
+    assert sorted(resumed) == sorted(straight)
+    for name in straight:
+        np.testing.assert_array_equal(resumed[name], straight[name], err_msg=name)
+    kept = sorted(p.name for p in (tmp_path / "resumed").glob("model.ckpt-*.json"))
+    # keep_checkpoint_max=3 of those every 100 steps from the resumed step 250, and the last.
+    assert kept == ["model.ckpt-350.json", "model.ckpt-450.json", "model.ckpt-520.json"]
+    # Serving from the checkpoint (docs/evaluation.md): the same predictions.
+    from monitored_checkpoint import latest_checkpoint, restore
+
+    served = monitored.TrainState()
+    restore(served, latest_checkpoint(str(tmp_path / "resumed")))
+    _, (wide, deep, _) = port.load_data(0)
+    np.testing.assert_array_equal(
+        port.predict(served, wide, deep), port.predict(straight, wide, deep)
+    )
+
+
+def _newest_checkpoint_step(directory: Path) -> int:
+    from monitored_checkpoint import latest_checkpoint
+
+    path = latest_checkpoint(str(directory)) if directory.is_dir() else None
+    return -1 if path is None else int(path.rsplit("-", 1)[1])
+
+
+def test_tf1_estimator_port_resumes_bit_for_bit_after_sigkill(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The script, run as a process and killed with SIGKILL at a random point, then run
+    again: its TrainSpec(input_fn=...) generator goes on after the batches already
+    trained on, and the run ends bit for bit equal to one never interrupted."""
+    monkeypatch.delenv("MONITORED_DISABLE_PLUGIN_AUTOLOAD")
+    port = load("tf1_estimator_port")
+    rng = random.Random(22)
+    for trial, threshold in enumerate((100, 300, 600)):
+        directory = tmp_path / f"killed-{trial}"
+        log_path = tmp_path / f"child-{trial}.log"
+        with log_path.open("w") as child_log:
+            child = subprocess.Popen(
+                [
+                    sys.executable,
+                    str(EXAMPLES / "tf1_estimator_port.py"),
+                    "--max-steps",
+                    "100000000",  # killed long before
+                    "--model-dir",
+                    str(directory),
+                ],
+                stdout=child_log,
+                stderr=subprocess.STDOUT,
+                env=os.environ.copy(),
+            )
+            try:
+                deadline = time.monotonic() + 300
+                while _newest_checkpoint_step(directory) < threshold:
+                    assert child.poll() is None, log_path.read_text()
+                    assert time.monotonic() < deadline, "no checkpoint: " + log_path.read_text()
+                    time.sleep(0.005)
+                time.sleep(rng.uniform(0.0, 0.05))  # between saves, or in one
+            finally:
+                child.send_signal(signal.SIGKILL)
+                child.wait()
+        assert child.returncode == -signal.SIGKILL
+        last = _newest_checkpoint_step(directory) + rng.randint(1, 150)
+        resumed, _ = anyio.run(port.train, last, 0, str(directory))
+        straight, _ = anyio.run(port.train, last, 0, str(tmp_path / f"straight-{trial}"))
+        assert resumed.global_step == straight.global_step == last
+        for name in straight:
+            np.testing.assert_array_equal(resumed[name], straight[name], err_msg=(trial, name))

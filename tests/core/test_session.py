@@ -1121,14 +1121,27 @@ async def test_a_deferred_stop_request_stops_after_this_step(state: TrainState) 
         assert sess.should_stop()
 
 
-async def test_call_after_hooks_outside_the_step_events_is_refused(state: TrainState) -> None:
+async def test_call_after_hooks_outside_an_event_runs_at_once(state: TrainState) -> None:
+    """A deferral requested outside an event (in ``begin``, or from a hook's method
+    called directly, as TF1 users' hook tests do) has nothing to wait for."""
+    seen: list[str] = []
+
     class Hook:
         def begin(self, session: Any) -> None:
-            session.call_after_hooks(lambda: None)
+            assert session.call_after_hooks(lambda: seen.append("in begin")) is None
+            seen.append("begin returns")
 
-    with pytest.raises(RuntimeError, match="only available while hooks handle"):
-        async with monitored.MonitoredSession(state, hooks=[Hook()]):
-            pass
+    async def later() -> str:
+        seen.append("async")
+        return "done"
+
+    async with monitored.MonitoredSession(state, hooks=[Hook()]) as sess:
+        assert seen == ["in begin", "begin returns"]
+        assert sess.call_after_hooks(lambda: 42) == 42
+        pending = sess.call_after_hooks(later)
+        assert seen == ["in begin", "begin returns"]  # an awaitable, for the caller
+        assert await pending == "done"
+        assert seen[-1] == "async"
 
 
 async def test_a_failing_deferred_callback_names_itself_and_the_step(state: TrainState) -> None:

@@ -6,7 +6,9 @@ TF drives most of them through its private ``_HookedSession``, which calls
 happens in the first step, not at creation); :class:`HookedSession` reproduces that
 harness around a real ``MonitoredSession``. Tests that TF runs in a real
 ``SingularMonitoredSession`` (or that call ``after_create_session``) run the hook
-directly, saving at creation as TF's does.
+directly, saving at creation as TF's does; a test that calls
+``hook.after_create_session(sess, None)`` itself does so here too (the save the
+hook defers runs at once outside a session event).
 """
 
 from __future__ import annotations
@@ -169,9 +171,12 @@ async def test_CheckpointSaverHookTest_test_two_listeners_with_default_saver(
 async def test_CheckpointSaverHookTest_test_save_checkpoint_before_first_train_step(
     tmp_path: Path,
 ) -> None:
+    # As TF's test: the _HookedSession harness, and after_create_session called by
+    # the test itself, outside any session event (its deferred save runs at once).
     hook = saver_hook(tmp_path, save_steps=2)
-    async with monitored.MonitoredSession(TrainState(), hooks=[hook]) as sess:
-        # Saved at step 0, when the session was created.
+    async with monitored.MonitoredSession(TrainState(), hooks=[HookedSession(hook)]) as sess:
+        await hook.after_create_session(sess, None)
+        # Verifies that checkpoint is saved at step 0.
         assert saved_global_step(tmp_path) == 0
         # Not saved after one step.
         await sess.run(do_step)

@@ -313,3 +313,22 @@ def test_global_norm_is_a_0d_array() -> None:
     norm = global_norm([np.ones(4, np.float32)])
     assert isinstance(norm, np.ndarray)
     assert norm.shape == ()
+
+
+def test_clipping_accepts_a_numpy_scalar_gradient_as_a_0d_array() -> None:
+    """``err.mean()`` is an ``np.float32``: clipped like a 0-d array, on the way to an
+    optimizer that takes it for a 0-d entry (issue 22)."""
+    scalar = np.array([3.0, 5.0], F32).mean()  # np.float32(4.0)
+    (w, b), norm = clip_by_global_norm([np.array([3.0], F32), scalar], 2.5)
+    assert float(norm) == 5.0
+    assert isinstance(b, np.ndarray)
+    assert b.shape == ()
+    assert b.dtype == F32
+    np.testing.assert_allclose([w[0], b], [1.5, 2.0])
+    assert float(global_norm({"b": scalar})) == 4.0
+    clipped = clip_by_norm(scalar, 1.0)
+    assert clipped.shape == ()
+    assert float(clipped) == 1.0
+    assert float(clip_by_value(np.float64(-2.0), -1.0, 1.0)) == -1.0
+    with pytest.raises(TypeError, match="must be floating point, got int64"):
+        clip_by_norm(np.int64(3), 1.0)

@@ -1017,7 +1017,7 @@ class MonitoredSession:
                 _name_of(step_fn),
             )
 
-    def call_after_hooks(self, callback: Callable[[], Any]) -> None:
+    def call_after_hooks(self, callback: Callable[[], Any]) -> Any:
         """Run ``callback()`` once every hook has handled the current event.
 
         For work that must see what all hooks did in this step (or in this
@@ -1025,14 +1025,20 @@ class MonitoredSession:
         checkpoint of step *k* holds every plugin's state as it is after all of
         step *k*'s ``after_run`` calls, whatever the order of hooks. Callbacks run in
         the order they were deferred, before the step's stop decision, and may be
-        ``async``. Allowed in ``after_create_session``, ``before_run`` and ``after_run``.
+        ``async``. Deferred while hooks handle ``after_create_session``,
+        ``before_run`` and ``after_run``; ``None`` is returned then.
+
+        Outside those events (a hook's method called directly, as TF1 users' own
+        hook tests call ``hook.after_create_session(session, coord)``, or from
+        ``begin``) no other hook is to be waited for: ``callback()`` runs at once
+        and its result is returned. For an ``async`` callback that is an
+        awaitable, which the caller awaits, or returns from its own hook method
+        for the session to await.
         """
         if not self._busy:
-            raise RuntimeError(
-                "call_after_hooks is only available while hooks handle "
-                "after_create_session, before_run or after_run"
-            )
+            return callback()
         self._deferred.append(callback)
+        return None
 
     async def _run_deferred(self) -> None:
         deferred = self._deferred

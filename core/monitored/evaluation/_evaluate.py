@@ -117,6 +117,13 @@ class _StopAfterNEvals:
         self.done += 1
         if self.eval_steps is not None and self.done >= self.eval_steps:
             run_context.request_stop()
+            # Logged as "stop requested by ...": say that an evaluation ended, not
+            # training (this hook's name means nothing to a reader of the log).
+            run_context.stop_requested_by = (
+                f"eval_steps={self.eval_steps}: the evaluation of {self.eval_steps} "
+                f"batch{'es' if self.eval_steps != 1 else ''} ended (this evaluation "
+                "session stops, not training)"
+            )
 
 
 def _checkpoint_module(why: str) -> _Checkpoints:

@@ -12,6 +12,7 @@ by itself.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import logging
 import math
@@ -26,13 +27,12 @@ from .._core._errors import UnsupportedArgumentError
 from .._core._scaffold import Scaffold
 from .._core._state import TrainState
 from .._core._training_session import MonitoredTrainingSession
+from ..data._prefetch import FeedingPipeline, Pipeline, prefetch
 from ..metrics import Metric
 from ._arguments import check_count, check_seconds
 from ._errors import ExperimentConfigError
 from ._evaluate import (
-    _END,
     EvaluationResult,
-    _batches,
     check_metrics,
     evaluate_once,
     evaluate_repeatedly,
@@ -51,8 +51,33 @@ InputFn = Callable[[], Iterable[Any] | AsyncIterable[Any]]
 _OWN_SESSION_ARGUMENTS: Final = frozenset(
     {"state", "checkpoint_dir", "hooks", "scaffold", "is_chief"}
 )
+#: What ``anext`` gives at the end of the training input.
+_END: Final = object()
 #: ``continuous_train_and_eval`` rounds without ``train_steps`` (TF's default).
 _DEFAULT_STEPS_PER_ITERATION: Final = 1000
+#: The pipeline the training input goes through: ``input:train_input_fn`` in checkpoints.
+TRAIN_INPUT_NAME: Final = "train_input_fn"
+#: TF ``RunConfig`` fields spelled differently here: the name to use instead.
+_RUN_CONFIG_SPELLINGS: Final = {
+    "save_checkpoints_steps": "save_checkpoint_steps",
+    "save_checkpoints_secs": "save_checkpoint_secs",
+    "save_summary_steps": "save_summaries_steps",
+    "save_summary_secs": "save_summaries_secs",
+}
+#: TF ``RunConfig`` and its fields with no meaning here: what to do instead.
+_RUN_CONFIG_UNSUPPORTED: Final = {
+    "config": "TF's RunConfig is not taken as an object: pass its fields as keyword "
+    "arguments (model_dir=, save_checkpoint_steps=, keep_checkpoint_max=, ...; the table "
+    "in docs/tf1-migration.md maps each)",
+    "tf_random_seed": "seed the state (TrainState(seed=...), its state.rng is checkpointed) "
+    "and your input function's own generator",
+    "session_config": "there is no TF session to configure",
+    "device_fn": "arrays stay where the step puts them (NumPy or CuPy)",
+    "train_distribute": "several processes train through the monitored-mpi plugin, "
+    "started with mpiexec (docs/scaling-out.md)",
+    "eval_distribute": "several processes evaluate through the monitored-mpi plugin "
+    "(docs/scaling-out.md)",
+}
 
 
 @final
@@ -83,13 +108,24 @@ class Experiment:
     ``task_id`` place this process in a distributed job (worker ``task_id``
     starts later, as in TF). Other keyword arguments go to
     :func:`~monitored.MonitoredTrainingSession` (``save_checkpoint_steps=...``,
-    ``disable_plugins=...``): TF's ``RunConfig``. ``export_strategies`` is refused:
-    nothing here exports models.
+    ``disable_plugins=...``): TF's ``RunConfig``, whose ``keep_checkpoint_max``
+    and ``keep_checkpoint_every_n_hours`` are arguments here too (they set the
+    checkpoint plugin's ``max_to_keep`` and ``keep_checkpoint_every_n_hours``
+    options). ``export_strategies`` is refused: nothing here exports models.
+
+    The training input goes through :func:`monitored.data.prefetch` (named
+    ``train_input_fn``; an input function may also return a pipeline of its
+    own): its position is saved with every checkpoint, so a run resumed from
+    ``model_dir`` sees exactly the batches an uninterrupted one sees, and one
+    training run after another (``continuous_train_and_eval``'s rounds, a
+    second ``train()``) goes on where the last one stopped.
 
     Bad arguments raise :class:`ExperimentConfigError` naming the argument.
     """
 
     __slots__ = (
+        "_train_input_position",
+        "_where",
         "continuous_eval_throttle_secs",
         "delay_workers_by_global_step",
         "eval_delay_secs",
@@ -136,14 +172,13 @@ class Experiment:
         task_id: int = 0,
         train_monitors: Sequence[object] | None = None,
         export_strategies: None = None,
+        keep_checkpoint_max: int | None = None,
+        keep_checkpoint_every_n_hours: float | None = None,
         **session_options: Any,
     ) -> None:
         where = "Experiment"
         if export_strategies is not None:
-            raise UnsupportedArgumentError(
-                "Experiment(export_strategies=...): nothing here exports models; drop it "
-                "and save what serving needs from the returned state or the checkpoints"
-            )
+            raise UnsupportedArgumentError(refuse_export(f"{where}(export_strategies=...)"))
         for name, fn in {"train_fn": train_fn, "eval_fn": eval_fn}.items():
             if not callable(fn):
                 raise ExperimentConfigError(
@@ -170,14 +205,10 @@ class Experiment:
             raise ExperimentConfigError(
                 f"{where}(state=...): a monitored.TrainState, not {type(state).__name__}"
             )
-        known = set(inspect.signature(MonitoredTrainingSession).parameters)
-        for name in session_options:
-            if name in _OWN_SESSION_ARGUMENTS or name not in known:
-                raise ExperimentConfigError(
-                    f"{where}({name}=...): not an Experiment argument nor one it passes to "
-                    "MonitoredTrainingSession (those it sets itself: "
-                    f"{', '.join(sorted(_OWN_SESSION_ARGUMENTS))})"
-                )
+        check_session_options(where, session_options)
+        session_options = with_checkpoint_options(
+            where, session_options, keep_checkpoint_max, keep_checkpoint_every_n_hours
+        )
         self.train_fn = train_fn
         self.eval_fn = eval_fn
         self.eval_metrics = eval_metrics
@@ -198,6 +229,10 @@ class Experiment:
         self.is_chief = is_chief
         self.task_id = task_id
         self.session_options = session_options
+        #: How errors name what was called (``train_and_evaluate`` sets its own name).
+        self._where = where
+        #: Where the training input stopped at the end of the last training run.
+        self._train_input_position: dict[str, Any] | None = None
 
     # -- the methods TF's Experiment has ---------------------------------------------------
     async def train(self, delay_secs: float | None = None) -> TrainState:
@@ -415,7 +450,10 @@ class Experiment:
             await anyio.sleep(delay)
 
     async def _train(self, hooks: list[object], *, steps: int | None = None) -> bool:
-        """One training session over a fresh ``train_input_fn()``: the one training loop.
+        """One training session over ``train_input_fn()``: the one training loop.
+
+        The input is read through an input pipeline (:meth:`_train_input`) from
+        where the last run stopped, or from the checkpoint's position.
 
         With ``steps``, the session closes (normally: ``end`` hooks run, a last
         checkpoint is written) once it has trained that many steps. Returns
@@ -426,24 +464,143 @@ class Experiment:
         if self.model_dir is None and self.state.initialized:
             # Nothing to restore from: the state in memory goes on, not re-initialized.
             scaffold = Scaffold(init_fn=None, copy_from_scaffold=scaffold or Scaffold())
+        pipeline = self._train_input()
         async with MonitoredTrainingSession(
             self.state,
             checkpoint_dir=self.model_dir,
             is_chief=self.is_chief,
             scaffold=scaffold,
-            hooks=[*self.train_hooks, *hooks],
+            hooks=[*([pipeline] if pipeline is not None else []), *self.train_hooks, *hooks],
             **self.session_options,
         ) as sess:
             last = None if steps is None else self.state.global_step + steps
-            batches = _batches(self.train_input_fn()) if self.train_input_fn is not None else None
+            batches = None if isinstance(pipeline, FeedingPipeline) else pipeline
+            stopped = True
             while not sess.should_stop():
                 if last is not None and self.state.global_step >= last:
-                    return False
+                    stopped = False  # before a batch is taken: it is the next run's first
+                    break
                 if batches is None:
                     await sess.run(self.train_fn)
                     continue
-                batch = await batches.next()
+                batch = await anext(batches, _END)
                 if batch is _END:
                     break
                 await sess.run(self.train_fn, batch)
-        return True
+        if pipeline is not None and pipeline.name == TRAIN_INPUT_NAME:
+            self._train_input_position = pipeline.plugin_state()
+        return stopped
+
+    def _train_input(self) -> Pipeline | None:
+        """``train_input_fn()`` as an input pipeline, at the last run's position.
+
+        An iterable, async iterable or function of the batch index goes through
+        :func:`~monitored.data.prefetch` (named ``train_input_fn``, read in
+        tasks on the event loop's thread); a pipeline the input function made
+        itself (worker threads, several workers) is used as it is. The position is the
+        one the last training run of this Experiment ended at; restoring a
+        checkpoint replaces it with the checkpoint's.
+        """
+        if self.train_input_fn is None:
+            return None
+        source = self.train_input_fn()
+        if isinstance(source, Pipeline):
+            return source  # the input function's own: its name, its position
+        try:
+            # Batches of any kind, as before (the step decides what it takes): no
+            # structure check. Read on the event loop's thread, as before: an input
+            # function's generator never runs beside the step (it need not be
+            # thread-safe), and a batch costs microseconds, not a thread hand-off.
+            pipeline = prefetch(source, name=TRAIN_INPUT_NAME, check=False, threads=False)
+        except (TypeError, ValueError) as exc:
+            what = "TrainSpec(input_fn=...)" if self._where != "Experiment" else "train_input_fn"
+            raise ExperimentConfigError(
+                f"{self._where}: {what} returned {type(source).__name__}, which cannot be "
+                f"read as training input: {exc}"
+            ) from exc
+        if self._train_input_position is not None:
+            pipeline.load_plugin_state(self._train_input_position)
+        return pipeline
+
+
+def refuse_export(where: str) -> str:
+    """The message refusing TF's model export arguments (``export_strategies``, ``exporters``)."""
+    return (
+        f"{where}: nothing here exports models (there is no SavedModel); drop it. The "
+        "checkpoints in model_dir (or the returned state) hold the trained arrays, and "
+        "serving is a predict function of your own over them: see 'Serving a trained "
+        "model' in docs/evaluation.md"
+    )
+
+
+def check_session_options(where: str, session_options: Mapping[str, Any]) -> None:
+    """Refuse a keyword that is not a ``MonitoredTrainingSession`` argument to pass on.
+
+    TF ``RunConfig`` fields get a message of their own: the spelling to use, or
+    what takes their place here.
+    """
+    known = set(inspect.signature(MonitoredTrainingSession).parameters)
+    for name in session_options:
+        if name in _RUN_CONFIG_UNSUPPORTED:
+            raise UnsupportedArgumentError(
+                f"{where}({name}=...): TF's RunConfig; not needed here: "
+                f"{_RUN_CONFIG_UNSUPPORTED[name]}"
+            )
+        if name in _RUN_CONFIG_SPELLINGS:
+            raise ExperimentConfigError(
+                f"{where}({name}=...): TF's RunConfig spelling; here it is "
+                f"{_RUN_CONFIG_SPELLINGS[name]}=..."
+            )
+        if name in _OWN_SESSION_ARGUMENTS or name not in known:
+            close = difflib.get_close_matches(name, sorted(known - _OWN_SESSION_ARGUMENTS), n=1)
+            hint = f"; did you mean {close[0]}=...?" if close else ""
+            article = "an" if where[0] in "AEIOU" else "a"
+            raise ExperimentConfigError(
+                f"{where}({name}=...): not {article} {where} argument nor one it passes to "
+                "MonitoredTrainingSession (those it sets itself: "
+                f"{', '.join(sorted(_OWN_SESSION_ARGUMENTS))}){hint}"
+            )
+
+
+def with_checkpoint_options(
+    where: str,
+    session_options: dict[str, Any],
+    keep_checkpoint_max: int | None,
+    keep_checkpoint_every_n_hours: float | None,
+) -> dict[str, Any]:
+    """``session_options`` with RunConfig's checkpoint retention as checkpoint plugin options.
+
+    ``keep_checkpoint_max`` becomes ``plugin_options["checkpoint"]["max_to_keep"]``
+    and ``keep_checkpoint_every_n_hours`` the option of that name; setting one
+    both ways is refused, as two answers to one question.
+    """
+    check_count(where, "keep_checkpoint_max", keep_checkpoint_max, zero=True)
+    if keep_checkpoint_every_n_hours is not None and (
+        isinstance(keep_checkpoint_every_n_hours, bool)
+        or not isinstance(keep_checkpoint_every_n_hours, int | float)
+        or not keep_checkpoint_every_n_hours > 0
+    ):
+        raise ExperimentConfigError(
+            f"{where}(keep_checkpoint_every_n_hours={keep_checkpoint_every_n_hours!r}): "
+            "give a positive number of hours"
+        )
+    given = {
+        "max_to_keep": keep_checkpoint_max,
+        "keep_checkpoint_every_n_hours": keep_checkpoint_every_n_hours,
+    }
+    retention = {option: value for option, value in given.items() if value is not None}
+    if not retention:
+        return session_options
+    plugin_options = session_options.get("plugin_options") or {}
+    if not isinstance(plugin_options, Mapping):
+        return session_options  # the session refuses it, naming what it is
+    checkpoint = dict(plugin_options.get("checkpoint") or {})
+    for option, value in retention.items():
+        if option in checkpoint:
+            argument = "keep_checkpoint_max" if option == "max_to_keep" else option
+            raise ExperimentConfigError(
+                f"{where}({argument}=...) and plugin_options={{'checkpoint': "
+                f"{{'{option}': ...}}}} set the same option: give one"
+            )
+        checkpoint[option] = value
+    return {**session_options, "plugin_options": {**plugin_options, "checkpoint": checkpoint}}

@@ -16,13 +16,14 @@ from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, final
 
+from .._core._errors import UnsupportedArgumentError
 from .._core._scaffold import Scaffold
 from .._core._state import TrainState
 from ..metrics import Metric
 from ._arguments import check_count, check_seconds
 from ._errors import ExperimentConfigError
 from ._evaluate import EvaluationResult, check_metrics
-from ._experiment import Experiment
+from ._experiment import Experiment, check_session_options, refuse_export, with_checkpoint_options
 
 __all__ = ["EvalSpec", "TrainSpec", "train_and_evaluate"]
 
@@ -38,6 +39,12 @@ class TrainSpec:
     ``train_fn(state, batch)`` runs for each batch of ``input_fn()``
     (``train_fn(state)`` without an input: a hook feeds it); training stops at
     global step ``max_steps`` (``None``: when the input ends or a hook stops it).
+    ``input_fn()`` returns an iterable, an async iterable, a function of the
+    batch index or a :mod:`monitored.data` pipeline; it is read through
+    :func:`monitored.data.prefetch`, whose position is saved with every
+    checkpoint: a run resumed from ``model_dir`` trains on exactly the batches
+    an uninterrupted run would have, provided ``input_fn()`` yields the same
+    batches each time it is called (seeded).
     """
 
     train_fn: StepFn
@@ -61,7 +68,10 @@ class EvalSpec:
     the input ends (``None``, the default here; TF's was 100). A new checkpoint
     is evaluated at most every ``throttle_secs`` seconds (TF's 600); summaries go
     to ``<model_dir>/eval`` (``eval_<name>``). ``start_delay_secs`` is the wait
-    of an evaluator in another process (:meth:`Experiment.continuous_eval`).
+    of an evaluator in another process (:meth:`Experiment.continuous_eval`): in
+    one process it has no effect (TF ignored it locally too). Each evaluation
+    calls ``input_fn()`` afresh and reads it from its first batch. TF's
+    ``exporters`` are refused: nothing here exports a SavedModel.
     """
 
     eval_fn: StepFn
@@ -72,8 +82,11 @@ class EvalSpec:
     hooks: Sequence[object] = ()
     start_delay_secs: float = 120
     throttle_secs: float = 600
+    exporters: None = None
 
     def __post_init__(self) -> None:
+        if self.exporters is not None:
+            raise UnsupportedArgumentError(refuse_export("EvalSpec(exporters=...)"))
         if not callable(self.eval_fn):
             raise ExperimentConfigError(f"EvalSpec(eval_fn={self.eval_fn!r}): not callable")
         check_metrics(self.metrics, "EvalSpec(metrics=...)", error=ExperimentConfigError)
@@ -90,6 +103,8 @@ async def train_and_evaluate(
     state: TrainState | None = None,
     scaffold: Scaffold | None = None,
     min_eval_frequency: int | None = None,
+    keep_checkpoint_max: int | None = None,
+    keep_checkpoint_every_n_hours: float | None = None,
     **session_options: Any,
 ) -> EvaluationResult:
     """Train as ``train_spec`` says, evaluating as ``eval_spec`` says; the final result.
@@ -109,6 +124,14 @@ async def train_and_evaluate(
     held-out metric. An evaluation that raises stops training
     (:class:`EvaluationFailedError`). ``session_options`` go to
     :func:`~monitored.MonitoredTrainingSession`.
+
+    TF's ``RunConfig`` fields are keyword arguments: ``model_dir``,
+    ``save_checkpoint_steps``/``save_checkpoint_secs`` (TF's
+    ``save_checkpoints_*``), ``keep_checkpoint_max`` and
+    ``keep_checkpoint_every_n_hours`` (the checkpoint plugin's ``max_to_keep``
+    and ``keep_checkpoint_every_n_hours`` options), ``save_summaries_steps``
+    (TF's ``save_summary_steps``) and ``log_step_count_steps``. A ``RunConfig``
+    spelling gets a message naming the argument to use.
     """
     if not isinstance(train_spec, TrainSpec):
         raise ExperimentConfigError(
@@ -118,6 +141,12 @@ async def train_and_evaluate(
         raise ExperimentConfigError(
             f"train_and_evaluate(eval_spec=...): an EvalSpec, not {type(eval_spec).__name__}"
         )
+    where = "train_and_evaluate"
+    check_count(where, "min_eval_frequency", min_eval_frequency, zero=True)
+    check_session_options(where, session_options)
+    session_options = with_checkpoint_options(
+        where, session_options, keep_checkpoint_max, keep_checkpoint_every_n_hours
+    )
     experiment = Experiment(
         train_spec.train_fn,
         eval_spec.eval_fn,
@@ -136,6 +165,7 @@ async def train_and_evaluate(
         min_eval_frequency=min_eval_frequency,
         **session_options,
     )
+    experiment._where = where
     return await experiment._train_and_evaluate(
         min_steps=experiment.min_eval_frequency,
         min_secs=eval_spec.throttle_secs,

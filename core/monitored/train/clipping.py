@@ -194,6 +194,8 @@ def _check_clip_norm(clip_norm: object, what: str) -> float:
 
 
 def _check_array(t: Any, what: str, *, floating: bool = True) -> Array:
+    if isinstance(t, np.generic):
+        t = np.asarray(t)  # a NumPy scalar (``err.mean()``) is a 0-d value, as for optimizers
     if not is_array(t):
         raise TypeError(
             f"{what}: t must be a NumPy or CuPy array or an IndexedSlices, got {type(t).__name__}"
@@ -223,7 +225,7 @@ def _values(t_list: Sequence[Any] | Mapping[str, Any], what: str) -> list[Array 
             out.append(None)
         elif isinstance(t, IndexedSlices):
             out.append(t.values)
-        elif is_array(t):
+        elif is_array(t) or isinstance(t, np.generic):
             out.append(_check_array(t, f"{what} (entry {i})"))
         else:
             raise TypeError(

@@ -645,3 +645,111 @@ async def test_a_traced_step_shows_the_snapshot_and_the_background_write(tmp_pat
     assert write["args"]["background"] is True
     assert write["args"]["path"].endswith("model.ckpt-2")
     assert ("checkpoint", "write (background)") in profiler.costs
+
+
+# -- options (TF's RunConfig keep_checkpoint_max, issue 22) ------------------------------------
+async def test_plugin_options_max_to_keep_keeps_that_many_checkpoints(ckpt_dir: str) -> None:
+    await run_mts(
+        ckpt_dir, 6, save_checkpoint_steps=1, plugin_options={"checkpoint": {"max_to_keep": 3}}
+    )
+    assert steps_on_disk(ckpt_dir) == [4, 5, 6]
+
+
+async def test_plugin_options_max_to_keep_0_keeps_every_checkpoint(ckpt_dir: str) -> None:
+    await run_mts(
+        ckpt_dir, 7, save_checkpoint_steps=1, plugin_options={"checkpoint": {"max_to_keep": 0}}
+    )
+    assert steps_on_disk(ckpt_dir) == list(range(8))
+
+
+async def test_plugin_options_from_the_environment(
+    ckpt_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MONITORED_PLUGIN_OPTIONS", "checkpoint.max_to_keep=2")
+    await run_mts(ckpt_dir, 5, save_checkpoint_steps=1)
+    assert steps_on_disk(ckpt_dir) == [4, 5]
+
+
+def test_plugin_options_keep_checkpoint_every_n_hours_reaches_the_saver() -> None:
+    from monitored import TrainingConfig
+
+    [hook] = (
+        plugin_module.training_hooks(
+            TrainingConfig(
+                checkpoint_dir="d",
+                save_checkpoint_secs=60,
+                plugin_options={
+                    "checkpoint": {"max_to_keep": 1, "keep_checkpoint_every_n_hours": 0.5}
+                },
+            )
+        )
+        or []
+    )
+    assert isinstance(hook, CheckpointSaverHook)
+    assert (hook.saver.max_to_keep, hook.saver.keep_checkpoint_every_n_hours) == (1, 0.5)
+    assert [option.name for option in plugin_module.declare_options()] == [
+        "max_to_keep",
+        "keep_checkpoint_every_n_hours",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"max_to_keep": -1}, "PluginOptionError", r"checkpoint\.max_to_keep=-1: give the number"),
+        (
+            {"keep_checkpoint_every_n_hours": 0.0},
+            "PluginOptionError",
+            r"checkpoint\.keep_checkpoint_every_n_hours=0\.0: give a positive number",
+        ),
+        (
+            {"keep_checkpoint_every_n_hours": float("nan")},
+            "PluginOptionError",
+            r"checkpoint\.keep_checkpoint_every_n_hours=nan",
+        ),
+        (
+            {"max_to_keep": "3"},
+            "PluginOptionError",
+            r"option checkpoint\.max_to_keep: expected an int",
+        ),
+        (
+            {"max_keep": 3},
+            "PluginOptionError",
+            r"has no option 'max_keep'.*did you mean 'max_to_keep'",
+        ),
+    ],
+)
+async def test_plugin_options_bad_values_are_refused_naming_the_option(
+    ckpt_dir: str, options: dict[str, Any], error: str, match: str
+) -> None:
+    import monitored
+
+    with pytest.raises(getattr(monitored, error), match=match):
+        await run_mts(ckpt_dir, 2, save_checkpoint_steps=1, plugin_options={"checkpoint": options})
+    assert _no_checkpoint(ckpt_dir)
+
+
+# -- the hook's methods called directly (TF1 users' own hook tests, issue 22) -------------------
+async def test_after_create_session_called_directly_saves_at_once(ckpt_dir: str) -> None:
+    """TF1's hook tests call ``hook.after_create_session(session, coord)`` themselves,
+    outside the session's creation: the save it defers to after every hook runs now."""
+    recorder = Recorder()
+    hook = CheckpointSaverHook(ckpt_dir, save_steps=2, listeners=[recorder], handle_signals=False)
+    async with MonitoredSession(new_state(), scaffold=Scaffold(init_fn=init)) as sess:
+        await hook.begin(sess)
+        await hook.after_create_session(sess, sess.coord)
+        assert ("before_save", 0) in recorder.events  # saved before the call returned
+        await sess.run(noisy_step)
+        await sess.run(noisy_step)
+        # after_run, called directly too: the save of step 2 is handed back to await.
+        context = monitored.SessionRunContext(None, sess)
+        saving = hook.after_run(context, monitored.SessionRunValues(None))
+        assert saving is not None
+        await saving
+        await hook.end(sess)
+    assert steps_on_disk(ckpt_dir) == [0, 2]
+    assert recorder.events[-1] == ("end", 2)
+
+
+def _no_checkpoint(directory: str) -> bool:
+    return not os.path.exists(directory) or steps_on_disk(directory) == []

@@ -574,3 +574,37 @@ async def test_a_hook_sets_or_feeds_the_learning_rate_in_a_session() -> None:
             state["w/Momentum/momentum"], scheduled["w/Momentum/momentum"]
         )
     assert not np.array_equal(scheduled["w"], (await run(MomentumOptimizer(0.1, 0.9), []))["w"])
+
+
+# -- NumPy scalar gradients (issue 22) ----------------------------------------------------
+@pytest.mark.parametrize("make", ALL)
+def test_optimizer_accepts_a_numpy_scalar_gradient_for_a_0d_entry(
+    make: Callable[[], Optimizer],
+) -> None:
+    """``err.mean()`` is an ``np.float32``: a 0-d entry takes it as TF1 took a 0-d tensor."""
+    err = np.array([0.5, -1.5, 2.25], F32)
+    scalar = err.mean()
+    assert isinstance(scalar, np.float32)
+    assert not isinstance(scalar, np.ndarray)
+    given, reference = (TrainState({"t": np.array(1.0, F32)}) for _ in range(2))
+    opt_given, opt_reference = make(), make()
+    for _ in range(3):
+        opt_given.apply_gradients(given, {"t": scalar})
+        opt_reference.apply_gradients(reference, [(np.asarray(scalar), "t")])
+    assert given.global_step == reference.global_step == 3
+    for name in reference:
+        assert given[name].shape == reference[name].shape
+        np.testing.assert_array_equal(given[name], reference[name], err_msg=name)
+    assert given["t"] != np.float32(1.0)
+
+
+def test_optimizer_numpy_scalar_gradient_is_checked_like_an_array() -> None:
+    state = _state()
+    with pytest.raises(ValueError, match=r"gradient of 'b' is numpy float32 \(\), but the "):
+        SGD(0.1).apply_gradients(state, {"b": np.float32(0.5)})
+    scalar_state = TrainState({"t": np.array(1.0, F32)})
+    with pytest.raises(ValueError, match=r"gradient of 't' is numpy float64 \(\)"):
+        SGD(0.1).apply_gradients(scalar_state, {"t": np.float64(0.5)})
+    with pytest.raises(TypeError, match="must be a NumPy or CuPy array or an IndexedSlices"):
+        SGD(0.1).apply_gradients(scalar_state, {"t": 0.5})
+    assert state.global_step == scalar_state.global_step == 0

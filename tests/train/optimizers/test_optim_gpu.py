@@ -212,3 +212,12 @@ def test_gradient_check_on_the_device() -> None:
     x = cupy.asarray(np.random.default_rng(0).standard_normal(5))
     error = compute_gradient_error(lambda x: cupy.sin(x), x, lambda x, dy: cupy.cos(x) * dy)
     assert error < 1e-6
+
+
+def test_optimizer_accepts_a_numpy_scalar_gradient_for_a_0d_entry_on_the_device() -> None:
+    """A 0-d CuPy entry takes ``err.mean()`` of CuPy data (0-d) or of NumPy data (a scalar)."""
+    for grad in (cupy.asarray([0.5, 1.5], cupy.float32).mean(), np.float32(1.0)):
+        state = TrainState({"t": cupy.asarray(1.0, cupy.float32)})
+        AdamOptimizer(0.1).apply_gradients(state, {"t": grad})
+        assert isinstance(state["t"], cupy.ndarray)
+        assert float(state["t"]) < 1.0

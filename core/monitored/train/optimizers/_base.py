@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 
-from ..._core._backend import is_array, is_device_array
+from ..._core._backend import array_module, is_array, is_device_array
 from ..._core._state import TrainState
 from ._elementwise import UpdateRule, run_dense, run_rows
 from ._hyper import StepValue, check_name, check_real
@@ -198,7 +198,9 @@ class Optimizer(abc.ABC):
         ``grads_and_vars`` maps names to gradients, or is TF1's list of
         ``(gradient, name)`` pairs. ``None`` gradients are skipped, as in TF1;
         every other gradient is checked (known variable, shape, dtype, array
-        module, trainable, row range) before anything is updated.
+        module, trainable, row range) before anything is updated. A 0-d entry
+        takes a 0-d NumPy or CuPy array or a NumPy scalar (``err.mean()``, an
+        ``np.float32``) of its dtype, as TF1's took a 0-d tensor.
         ``state.global_step`` is incremented unless ``global_step=False``.
 
         ``learning_rate`` (a number) overrides the optimizer's rate for this
@@ -358,6 +360,11 @@ def _check_gradient(state: TrainState, name: str, grad: Any, what: str) -> _Grad
     check_trainable(state, name, what)
     if isinstance(grad, IndexedSlices):
         return _check_sparse(name, var, grad, what)
+    if isinstance(grad, np.generic):
+        # A NumPy scalar (``err.mean()`` is an ``np.float32``) is a 0-d value, as
+        # TF1's 0-d tensors were: an array of the variable's module from here on,
+        # checked like any other gradient (so only a 0-d variable takes it).
+        grad = array_module(var).asarray(grad)
     if not is_array(grad):
         raise TypeError(
             f"{what}: the gradient of {name!r} must be a NumPy or CuPy array or an "

@@ -21,7 +21,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, final
 
 import anyio.to_thread
@@ -238,14 +238,19 @@ class CheckpointSaverHook:
     async def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
         step = session.state.global_step
         if not self.saver.has_checkpoint(self.save_path, step):
-            # After every hook's after_create_session, so plugin states are current.
-            session.call_after_hooks(lambda: self._save(session, step, None))
+            # After every hook's after_create_session, so plugin states are current;
+            # at once when this is called directly, outside the session's creation.
+            saving = session.call_after_hooks(lambda: self._save(session, step, None))
+            if saving is not None:
+                await saving
         self._timer.update_last_triggered_step(step)
         signals = self._signals
         if signals is not None and not signals.installed and signals.install():
             coord.start_soon(self._restore_signals_on_stop, coord)
 
-    def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
+    def after_run(
+        self, run_context: SessionRunContext, run_values: SessionRunValues
+    ) -> Awaitable[None] | None:
         # Sync on purpose: on most steps nothing is due and no coroutine is made.
         writer = self._writer
         job = writer.pending if writer is not None else None
@@ -256,9 +261,11 @@ class CheckpointSaverHook:
         if deliver or (preempt and not self._stop_sent) or due:
             # The save runs once every hook's after_run of this step has run: the
             # checkpoint of step k holds every plugin's state as of the end of step k.
-            run_context.session.call_after_hooks(
+            # Called directly (outside a step), the save is returned, to be awaited.
+            return run_context.session.call_after_hooks(  # type: ignore[no-any-return]
                 lambda: self._after_run(run_context, step, due, preempt)
             )
+        return None
 
     async def _after_run(
         self, run_context: SessionRunContext, step: int, due: bool, preempt: bool

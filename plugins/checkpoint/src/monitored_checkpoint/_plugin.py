@@ -12,12 +12,19 @@ It provides the ``"checkpoint"`` capability: a :class:`CheckpointSaverHook` or
 plugin then adds nothing to that session), and the core reads, restores and
 finds checkpoints through the capability hooks below, never by importing this
 package.
+
+Options (``plugin_options={"checkpoint": {...}}`` or ``MONITORED_PLUGIN_OPTIONS``):
+``max_to_keep`` and ``keep_checkpoint_every_n_hours``, the :class:`Saver`'s
+(TF's ``RunConfig(keep_checkpoint_max=..., keep_checkpoint_every_n_hours=...)``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
+
+import monitored
 
 from ._hook import CheckpointRestoreHook, CheckpointSaverHook
 from ._reader import read_checkpoint as _read_checkpoint
@@ -34,6 +41,7 @@ __all__ = [
     "checkpoint_saver",
     "checkpoints_iterator",
     "chief_only",
+    "declare_options",
     "latest_checkpoint",
     "provides",
     "read_checkpoint",
@@ -50,15 +58,29 @@ chief_only: Final = True
 training_only: Final = True
 
 
+def declare_options() -> list[monitored.Option]:
+    return [
+        monitored.Option(
+            "max_to_keep", 5, "checkpoints kept (0: all); RunConfig's keep_checkpoint_max"
+        ),
+        monitored.Option(
+            "keep_checkpoint_every_n_hours",
+            10000.0,
+            "past max_to_keep, keep one checkpoint per this many hours",
+        ),
+    ]
+
+
 def training_hooks(config: TrainingConfig) -> list[object] | None:
     """The checkpoint hook for ``config``; when both intervals are set, seconds win (TF1)."""
+    saver = _saver(config.plugin_options.get("checkpoint", {}))  # checked even on workers
     if not config.is_chief or config.checkpoint_dir is None:
         return None
     secs, steps = config.save_checkpoint_secs, config.save_checkpoint_steps
     if secs is not None and secs > 0:
-        return [CheckpointSaverHook(config.checkpoint_dir, save_secs=secs)]
+        return [CheckpointSaverHook(config.checkpoint_dir, save_secs=secs, saver=saver)]
     if steps is not None and steps > 0:
-        return [CheckpointSaverHook(config.checkpoint_dir, save_steps=steps)]
+        return [CheckpointSaverHook(config.checkpoint_dir, save_steps=steps, saver=saver)]
     return [CheckpointRestoreHook(config.checkpoint_dir)]
 
 
@@ -122,3 +144,22 @@ def checkpoint_hooks(
             )
         ]
     return [CheckpointRestoreHook(checkpoint_dir)]
+
+
+def _saver(options: Any) -> Saver:
+    """The :class:`Saver` of the plugin's options; a value it cannot use names the option."""
+    keep = options.get("max_to_keep", 5)
+    hours = options.get("keep_checkpoint_every_n_hours", 10000.0)
+    if keep < 0:
+        raise monitored.PluginOptionError(
+            f"plugin option checkpoint.max_to_keep={keep}: give the number of checkpoints "
+            "to keep, or 0 to keep them all",
+            plugin="checkpoint",
+        )
+    if not hours > 0 or math.isnan(hours):
+        raise monitored.PluginOptionError(
+            f"plugin option checkpoint.keep_checkpoint_every_n_hours={hours}: give a "
+            "positive number of hours",
+            plugin="checkpoint",
+        )
+    return Saver(max_to_keep=keep, keep_checkpoint_every_n_hours=hours)
