@@ -525,8 +525,18 @@ class ndarray:
     def __getitem__(self, key: Any) -> Any:
         return _wrap(self._a[_unwrap(key)])
 
+    # CuPy (_routines_indexing.pyx, ``_scatter_op``, op 'update'): a device value is
+    # written with ``elementwise_copy(x, y)``, a ufunc that broadcasts its inputs and
+    # its output together and refuses an output of another shape ("raise
+    # ValueError('Out shape is mismatched')"): NumPy stores a (1,) value into a 0-d
+    # target, CuPy does not.
     def __setitem__(self, key: Any, value: Any) -> None:
-        self._a[_unwrap(key)] = _unwrap(value)
+        key = _unwrap(key)
+        if isinstance(value, ndarray):
+            target_shape = np.shape(self._a[key])
+            if np.broadcast_shapes(value.shape, target_shape) != target_shape:
+                raise ValueError("Out shape is mismatched")
+        self._a[key] = _unwrap(value)
 
     # ---- arithmetic: NumPy's, results wrapped
 

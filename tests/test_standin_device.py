@@ -88,3 +88,14 @@ def test_the_backend_takes_its_cupy_path_on_the_standin(standin_cupy: StandinCup
     assert all(type(h) is np.ndarray for h in host)
     np.testing.assert_array_equal(host[0], np.arange(6).reshape(2, 3))
     np.testing.assert_array_equal(host[1], [1, 1])
+
+
+def test_a_device_value_of_another_shape_is_not_stored(standin_cupy: StandinCupy) -> None:
+    cupy = standin_cupy.module
+    zero_d = cupy.zeros(())
+    with pytest.raises(ValueError, match="Out shape is mismatched"):
+        zero_d[...] = cupy.ones(1)  # NumPy would store it
+    zero_d[...] = cupy.asarray(np.float64(3.0))
+    row = cupy.zeros((2, 3))
+    row[...] = cupy.arange(3.0)  # broadcasting to the target's shape is fine
+    assert row.get().tolist() == [[0, 1, 2], [0, 1, 2]]
