@@ -30,6 +30,10 @@ and ``cupy/cuda/stream.pyx`` of v13/v14, in the comment where it is implemented)
 - ``get(out=...)`` checks the type, the dtype and the **shape** of ``out``;
   ``set(...)`` checks type, dtype and shape, and refuses a non-contiguous target;
 - ``ascontiguousarray`` of a 0-d array gives shape ``(1,)``;
+- storing a device value into a target of another shape (a (1,) into a 0-d) fails;
+- functions that read a value on the host inside CuPy count as transfers:
+  ``bincount`` (two), ``unique`` and boolean-mask indexing (one each);
+  ``cupyx.scatter_add`` wraps indices out of range instead of raising;
 - streams and events: work issued on a stream other than the null stream (a copy
   with ``blocking=False``, a ``set`` on a side stream) does **not** happen when it
   is issued, only when the host waits for it (``stream.synchronize()``,
@@ -522,7 +526,13 @@ class ndarray:
             raise TypeError("len() of unsized object")
         return int(self.shape[0])
 
+    # CuPy (_routines_indexing.pyx, ``_prepare_mask_indexing_single``): a boolean
+    # mask's result size is read on the host, "n_true = int(mask_scanned[-1])": one
+    # transfer (a synchronization) per masked read.
     def __getitem__(self, key: Any) -> Any:
+        keys = key if isinstance(key, tuple) else (key,)
+        if any(isinstance(k, ndarray) and k.dtype == np.bool_ for k in keys):
+            _note_transfer("boolean mask")
         return _wrap(self._a[_unwrap(key)])
 
     # CuPy (_routines_indexing.pyx, ``_scatter_op``, op 'update'): a device value is
@@ -695,6 +705,35 @@ def _asnumpy(
     return out
 
 
+def _note_transfer(kind: str) -> None:
+    """Count a transfer CuPy makes inside a function (a size or a check read on the host)."""
+    transfers = _state().transfers
+    transfers.to_host += 1
+    transfers.syncs += 1
+    transfers.kinds[kind] += 1
+
+
+# CuPy (_statistics/histogram.py, ``bincount``): "if (x < 0).any():  # synchronize!"
+# then "size = int(cupy.max(x)) + 1": two transfers per call, whatever ``minlength``.
+def _bincount(x: ndarray, weights: Any = None, minlength: int | None = None) -> ndarray:
+    if x.ndim != 1:
+        raise ValueError("object too deep for desired array")
+    if x.dtype.kind == "f":
+        raise TypeError("x must be int array")
+    _note_transfer("bincount")
+    if (x._a < 0).any():
+        raise ValueError("The first argument of bincount must be non-negative")
+    _note_transfer("bincount")
+    return _wrap(np.bincount(x._a, weights=_unwrap(weights), minlength=minlength or 0))
+
+
+# CuPy (_manipulation/add_remove.py, ``unique``): the distinct values are picked with
+# a boolean mask (``aux[mask]``), whose size is read on the host: one transfer.
+def _unique(ar: ndarray, *args: Any, **kwargs: Any) -> Any:
+    _note_transfer("unique")
+    return _call(np.unique, (ar, *args), kwargs)
+
+
 def _get_array_module(*args: Any) -> types.ModuleType:
     return _state().module if any(isinstance(a, ndarray) for a in args) else np
 
@@ -725,8 +764,14 @@ def _zeros_pinned(shape: Any, dtype: Any = float, order: str = "C") -> np.ndarra
     return np.zeros(shape, dtype, order=order)
 
 
+# CuPy (``ndarray.__setitem__``'s note, which scatter_add shares): "CuPy handles
+# out-of-bounds indices differently from NumPy when using integer array indexing.
+# NumPy handles them by raising an error, but CuPy wraps around them."
 def _scatter_add(a: ndarray, slices: Any, value: Any) -> None:
-    np.add.at(a._a, _unwrap(slices), _unwrap(value))
+    index = _unwrap(slices)
+    if isinstance(index, np.ndarray) and index.dtype.kind in "iu":
+        index = np.mod(index, a.shape[0]) if a.shape[0] else index
+    np.add.at(a._a, index, _unwrap(value))
 
 
 class StandinCupy:
@@ -771,6 +816,8 @@ class StandinCupy:
         module.ascontiguousarray = _ascontiguousarray  # type: ignore[attr-defined]
         module.asnumpy = _asnumpy  # type: ignore[attr-defined]
         module.get_array_module = _get_array_module  # type: ignore[attr-defined]
+        module.bincount = _bincount  # type: ignore[attr-defined]
+        module.unique = _unique  # type: ignore[attr-defined]
         return module
 
     def pending(self) -> int:
