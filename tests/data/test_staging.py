@@ -34,6 +34,33 @@ async def test_batches_arrive_on_the_device_in_order() -> None:
     assert cupy.asnumpy(out[5]["y"]).tolist() == [5, 6, 7, 8]
 
 
+@pytest.mark.gpu
+def test_clear_waits_for_copies_in_flight_on_the_gpu() -> None:
+    cupy = _cupy()
+    from monitored.data._staging import DeviceStager
+
+    spin = cupy.RawKernel(
+        r"""
+        extern "C" __global__ void monitored_spin(long long cycles) {
+            long long start = clock64();
+            while (clock64() - start < cycles) {}
+        }
+        """,
+        "monitored_spin",
+    )
+    rate_khz = cupy.cuda.Device().attributes["ClockRate"]
+    stager = DeviceStager(slots=4)
+    spin((1,), (1,), (cupy.int64(int(0.3 * rate_khz * 1000)),))  # the copies wait behind it
+    for i in range(3):
+        stager.start(i, {"x": np.full((256, 1024), i, np.float32)})
+    events = [event for _, event in stager._pending.values()]
+    assert not all(event.done for event in events)
+    stager.clear()
+    assert all(event.done for event in events)
+    out = stager.take(3, {"x": np.full((4, 3), 3, np.float32)})
+    assert float(out["x"][0, 0]) == 3.0
+
+
 def test_without_cupy_device_staging_says_what_to_install() -> None:
     try:
         import cupy  # noqa: F401
