@@ -204,7 +204,8 @@ async def test_a_failing_session_waits_for_its_copy_in_flight() -> None:
         async with monitored.MonitoredSession(state, hooks=[Late()]) as sess:
             await sess.run(step)
             pending = sess._fetcher.pending
-            assert pending is not None and pending[2] is not None
+            assert pending is not None
+            assert pending[2] is not None
             events = [group[4] for group in pending[2]._groups]
             1 / 0  # noqa: B018
     assert events
