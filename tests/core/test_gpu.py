@@ -143,8 +143,8 @@ async def test_lagged_cupy_values_arrive_one_step_late_without_a_blocking_copy(
     assert isinstance(seen[-1]["w"], np.ndarray)
 
 
-def _spin(seconds: float = 0.3) -> None:
-    """Queue a kernel that keeps the current stream busy about ``seconds``."""
+def _spin(cycles: int = 300_000_000) -> None:
+    """Queue a kernel that keeps the current stream busy ``cycles`` clock ticks (0.1-0.3 s)."""
     kernel = cupy.RawKernel(
         r"""
         extern "C" __global__ void monitored_spin(long long cycles) {
@@ -154,8 +154,7 @@ def _spin(seconds: float = 0.3) -> None:
         """,
         "monitored_spin",
     )
-    rate_khz = cupy.cuda.Device().attributes["ClockRate"]
-    kernel((1,), (1,), (cupy.int64(int(seconds * rate_khz * 1000)),))
+    kernel((1,), (1,), (cupy.int64(cycles),))
 
 
 def test_to_host_keeps_0d_shapes_among_several_values() -> None:

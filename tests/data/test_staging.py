@@ -48,9 +48,8 @@ def test_clear_waits_for_copies_in_flight_on_the_gpu() -> None:
         """,
         "monitored_spin",
     )
-    rate_khz = cupy.cuda.Device().attributes["ClockRate"]
     stager = DeviceStager(slots=4)
-    spin((1,), (1,), (cupy.int64(int(0.3 * rate_khz * 1000)),))  # the copies wait behind it
+    spin((1,), (1,), (cupy.int64(300_000_000),))  # 0.1-0.3 s; the copies wait behind it
     for i in range(3):
         stager.start(i, {"x": np.full((256, 1024), i, np.float32)})
     events = [event for _, event in stager._pending.values()]
