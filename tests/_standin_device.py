@@ -33,7 +33,8 @@ and ``cupy/cuda/stream.pyx`` of v13/v14, in the comment where it is implemented)
 - storing a device value into a target of another shape (a (1,) into a 0-d) fails;
 - functions that read a value on the host inside CuPy count as transfers:
   ``bincount`` (two), ``unique`` and boolean-mask indexing (one each);
-  ``cupyx.scatter_add`` wraps indices out of range instead of raising;
+  ``cupy.add.at`` wraps indices out of range instead of raising, and
+  ``cupyx.scatter_add`` warns that it is deprecated;
 - streams and events: work issued on a stream other than the null stream (a copy
   with ``blocking=False``, a ``set`` on a side stream) does **not** happen when it
   is issued, only when the host waits for it (``stream.synchronize()``,
@@ -54,6 +55,7 @@ import contextlib
 import gc
 import sys
 import types
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -642,6 +644,11 @@ class _Ufunc:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return _call(self._ufunc, args, kwargs)
 
+    # CuPy (_kernel.pyx, ``ufunc.at``): "a._scatter_op(indices, b, self._scatter_op)",
+    # the scatter of ``a[indices] = ...``, which wraps integer indices out of range.
+    def at(self, a: ndarray, indices: Any, b: Any = None) -> None:
+        self._ufunc.at(a._a, _wrapped_index(indices, a.shape[0] if a.ndim else 0), _unwrap(b))
+
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._ufunc, name)
         if not callable(method):
@@ -764,14 +771,26 @@ def _zeros_pinned(shape: Any, dtype: Any = float, order: str = "C") -> np.ndarra
     return np.zeros(shape, dtype, order=order)
 
 
-# CuPy (``ndarray.__setitem__``'s note, which scatter_add shares): "CuPy handles
+# CuPy (``ndarray.__setitem__``'s note, which the scatters share): "CuPy handles
 # out-of-bounds indices differently from NumPy when using integer array indexing.
 # NumPy handles them by raising an error, but CuPy wraps around them."
+def _wrapped_index(indices: Any, length: int) -> Any:
+    index = _unwrap(indices)
+    if isinstance(index, np.ndarray) and index.dtype.kind in "iu" and length:
+        return np.mod(index, length)
+    return index
+
+
+# CuPy (cupyx/_scatter.py): ``scatter_add`` is ``a.scatter_add(slices, value)``, and
+# that method warns "`ndarray.scatter_add` is deprecated. Please use `cupy.add.at`
+# instead." (DeprecationWarning), which the test suite turns into an error.
 def _scatter_add(a: ndarray, slices: Any, value: Any) -> None:
-    index = _unwrap(slices)
-    if isinstance(index, np.ndarray) and index.dtype.kind in "iu":
-        index = np.mod(index, a.shape[0]) if a.shape[0] else index
-    np.add.at(a._a, index, _unwrap(value))
+    warnings.warn(
+        "`ndarray.scatter_add` is deprecated. Please use `cupy.add.at` instead.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    np.add.at(a._a, _wrapped_index(slices, a.shape[0] if a.ndim else 0), _unwrap(value))
 
 
 class StandinCupy:

@@ -202,7 +202,7 @@ def _scatter_add(xp: Any, out: Array, index: Array, values: Array) -> None:
         np.add.at(out, index, values)
         return
     add_at = getattr(xp.add, "at", None)
-    if add_at is not None:  # pragma: no cover - CuPy only
+    if add_at is not None:
         add_at(out, index, values)
     else:  # pragma: no cover - older CuPy
         import cupyx
