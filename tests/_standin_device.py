@@ -17,8 +17,11 @@ plugin tests import it with ``from _standin_device import standin_cupy``)::
         float(x.sum())
         assert standin_cupy.transfers.to_host == 1
 
-What follows CuPy (each behaviour quoted from CuPy's source, ``cupy/_core/core.pyx``
-and ``cupy/cuda/stream.pyx`` of v13/v14, in the comment where it is implemented):
+``transfers.to_host`` counts every device-to-host copy, a non-blocking one (a
+``lag=1`` fetch) included; ``transfers.syncs`` counts the times the host waited.
+
+What follows CuPy (each behaviour quoted, in the comment where it is implemented,
+from CuPy's source of v13/v14, the file named there):
 
 - the array type's module is ``cupy``, which is how
   :func:`monitored.is_device_array` recognises a device array;
@@ -46,6 +49,12 @@ and ``cupy/cuda/stream.pyx`` of v13/v14, in the comment where it is implemented)
 
 Everything else (``cupy.zeros``, ``cupy.concatenate``, ufuncs, ...) is NumPy's
 function applied to the arrays' data, its results wrapped back into device arrays.
+
+Not modelled: compiled kernels (``ElementwiseKernel``, ``RawKernel``: the
+optimizers' fused updates run only on a GPU), more than one device, the memory
+pool itself, and the difference between pinned and pageable host memory. Work on
+the null stream happens at once, so the stand-in cannot show how far the host runs
+ahead of the device; it shows where the host waits.
 """
 
 from __future__ import annotations
