@@ -364,6 +364,8 @@ def _inplace(name: str) -> Callable[..., Any]:
     return method
 
 
+# CuPy (_core/flags.pyx): ``Flags(c_contiguous, f_contiguous, owndata)`` and nothing
+# else: no ``writeable``, no ``aligned``; indexing knows only those three names.
 class _Flags:
     def __init__(self, array: np.ndarray) -> None:
         self.c_contiguous = bool(array.flags.c_contiguous)
@@ -371,7 +373,14 @@ class _Flags:
         self.owndata = array.base is None
 
     def __getitem__(self, name: str) -> bool:
-        return {"C_CONTIGUOUS": self.c_contiguous, "F_CONTIGUOUS": self.f_contiguous}[name]
+        known = {
+            "C_CONTIGUOUS": self.c_contiguous,
+            "F_CONTIGUOUS": self.f_contiguous,
+            "OWNDATA": self.owndata,
+        }
+        if name not in known:
+            raise KeyError(f"{name} is not defined for cupy.ndarray.flags")
+        return known[name]
 
 
 class ndarray:
