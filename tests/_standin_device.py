@@ -34,6 +34,8 @@ from CuPy's source of v13/v14, the file named there):
   ``set(...)`` checks type, dtype and shape, and refuses a non-contiguous target;
 - ``ascontiguousarray`` of a 0-d array gives shape ``(1,)``;
 - storing a device value into a target of another shape (a (1,) into a 0-d) fails;
+- ``cupyx.allow_synchronize(False)`` makes any transfer raise
+  ``cupyx.DeviceSynchronized``;
 - functions that read a value on the host inside CuPy count as transfers:
   ``bincount`` (two), ``unique`` and boolean-mask indexing (one each);
   ``cupy.add.at`` wraps indices out of range instead of raising, and
@@ -435,6 +437,7 @@ class ndarray:
         self, kind: str, stream: Stream | None, order: str, out: Any, blocking: bool
     ) -> np.ndarray:
         state = _state()
+        state.declare_synchronize()
         state.transfers.to_host += 1
         state.transfers.kinds[kind] += 1
         if out is not None:
@@ -732,7 +735,9 @@ def _asnumpy(
 
 def _note_transfer(kind: str) -> None:
     """Count a transfer CuPy makes inside a function (a size or a check read on the host)."""
-    transfers = _state().transfers
+    state = _state()
+    state.declare_synchronize()
+    transfers = state.transfers
     transfers.to_host += 1
     transfers.syncs += 1
     transfers.kinds[kind] += 1
@@ -811,6 +816,10 @@ def _scatter_add(a: ndarray, slices: Any, value: Any) -> None:
     np.add.at(a._a, _wrapped_index(slices, a.shape[0] if a.ndim else 0), _unwrap(value))
 
 
+class DeviceSynchronized(RuntimeError):
+    """``cupyx.DeviceSynchronized``: a synchronization inside ``allow_synchronize(False)``."""
+
+
 class StandinCupy:
     """The installed stand-in: its modules, what crossed to the host, and faults seen."""
 
@@ -825,6 +834,10 @@ class StandinCupy:
         self.cupyx.empty_pinned = _empty_pinned  # type: ignore[attr-defined]
         self.cupyx.zeros_pinned = _zeros_pinned  # type: ignore[attr-defined]
         self.cupyx.scatter_add = _scatter_add  # type: ignore[attr-defined]
+        self.cupyx.allow_synchronize = self._allow_synchronize  # type: ignore[attr-defined]
+        self.cupyx.DeviceSynchronized = DeviceSynchronized  # type: ignore[attr-defined]
+        #: Whether synchronizing is allowed here (``cupyx.allow_synchronize``).
+        self._allowed = True
 
     def _build_cupy(self) -> types.ModuleType:
         module = _CupyModule("cupy", "NumPy-backed stand-in for CuPy (tests only)")
@@ -856,6 +869,22 @@ class StandinCupy:
         module.bincount = _bincount  # type: ignore[attr-defined]
         module.unique = _unique  # type: ignore[attr-defined]
         return module
+
+    # CuPy (_core/syncdetect.py): ``allow_synchronize(allow)`` is a context manager;
+    # ``_declare_synchronize()`` (called by ``get`` before every copy, blocking or
+    # not) raises ``DeviceSynchronized`` inside ``allow_synchronize(False)``.
+    @contextlib.contextmanager
+    def _allow_synchronize(self, allow: bool) -> Iterator[None]:
+        previous, self._allowed = self._allowed, bool(allow)
+        try:
+            yield
+        finally:
+            self._allowed = previous
+
+    def declare_synchronize(self) -> None:
+        """What CuPy's ``syncdetect._declare_synchronize`` does: refuse where forbidden."""
+        if not self._allowed:
+            raise DeviceSynchronized("Device synchronization was detected while disallowed.")
 
     def pending(self) -> int:
         """How many copies issued on side streams have not happened yet."""
