@@ -5,10 +5,10 @@ module (NumPy, or CuPy when it is given CuPy arrays: nothing leaves the device
 until :meth:`Metric.result`, :meth:`Metric.state` or :meth:`Metric.merge`, so an
 update never waits for the device). Input ranges (AUC's predictions in [0, 1],
 class ids) are checked at once on NumPy; on CuPy their bounds are kept on the
-device and checked when the sums are next read. Sums add up, so metrics updated on several workers
-combine exactly with :meth:`Metric.merge`, and :meth:`Metric.state` /
-:meth:`Metric.from_state` turn a metric into plain arrays and back (to checkpoint
-it, or to reduce it across processes).
+device and judged when the sums are next read. Sums add up, so metrics updated
+on several workers combine exactly with :meth:`Metric.merge`, and
+:meth:`Metric.state` / :meth:`Metric.from_state` turn a metric into plain arrays
+and back (to checkpoint it, or to reduce it across processes).
 """
 
 from __future__ import annotations
