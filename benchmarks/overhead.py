@@ -32,11 +32,16 @@ call: the best case for CPython's specializing interpreter); the installed
 plugins are ten modules, ten different functions, as real plugins are.
 
 Installed plugins of the environment are not loaded
-(``MONITORED_DISABLE_PLUGIN_AUTOLOAD=1``), except the benchmark's own.
+(``MONITORED_DISABLE_PLUGIN_AUTOLOAD=1``), except the benchmark's own and, in the
+default install row, the environment's.
+
+Under the table, the ratios the targets are stated in (docs/performance.md), each
+from medians and from each row's least-disturbed repeat (its minimum).
 
 Usage::
 
-    python benchmarks/overhead.py [--steps N] [--repeats R] [--rows all|hooks|fetch] [--markdown]
+    python benchmarks/overhead.py [--steps N] [--repeats R] [--rows all|hooks|fetch|default]
+        [--markdown]
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ import contextlib
 import gc
 import importlib.metadata
 import inspect
+import io
 import multiprocessing
 import os
 import platform
@@ -77,12 +83,14 @@ from monitored._core._plugins import installed_entry_points
 TF1_US_PER_STEP: Final = 38.0
 #: The first target for 10 no-op plugins (hook objects and installed modules alike).
 TARGET_US_PER_STEP: Final = 10.0
-#: Issue 13's targets, over the bare loop: 10 no-op hook objects (sync, async hooks),
-#: 10 hooks fetching 8 names each, and one name over the same hook fetching none.
-TARGET_NOOP_SYNC_US: Final = 3.0
-TARGET_NOOP_ASYNC_US: Final = 3.5
-TARGET_FETCH_10x8_US: Final = 15.0
-TARGET_ONE_NAME_US: Final = 1.5
+#: Issue 26's targets, ratios within one run: the fetch machinery of 10 hooks x 8
+#: names over the same fetch written by hand; 10 hooks returning ``SessionRunArgs(None)``
+#: over 10 returning ``None``; 10 async no-op hooks over 10 sync ones; and the default
+#: install (every installed plugin, nothing due) over the core alone, in us/step.
+TARGET_FETCH_OVER_HAND: Final = 1.5
+TARGET_EMPTY_ARGS_OVER_NONE: Final = 1.1
+TARGET_ASYNC_OVER_SYNC: Final = 1.2
+TARGET_DEFAULT_OVER_CORE_US: Final = 1.0
 #: What the fetch rows' hooks ask for, in this order: 8 names are the loss, the
 #: state entry ``w``, the global step and 5 more step outputs.
 FETCH_NAMES: Final = ("loss", "w", "global_step", *(f"m{i:02d}" for i in range(61)))
@@ -222,6 +230,38 @@ class FreshFetchHook:
         self.seen = run_values.results
 
 
+class Consumer:
+    """What the hand-written fetch row fills: one consumer's dict of values."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self) -> None:
+        self.seen: Any = None
+
+
+def hand_fetch(
+    outputs: Mapping[str, Any], state: monitored.TrainState, consumers: Sequence[Consumer]
+) -> None:
+    """The 10 x 8 fetch written by hand: each consumer builds its dict of the 8 values.
+
+    The names are ``FETCH_NAMES[:8]``; the one array (``w``) is copied once per step
+    and shared, the NumPy scalars are immutable and handed over as they are.
+    """
+    w = state["w"].copy()
+    global_step = np.int64(state.global_step)
+    for consumer in consumers:
+        consumer.seen = {
+            "loss": outputs["loss"],
+            "w": w,
+            "global_step": global_step,
+            "m00": outputs["m00"],
+            "m01": outputs["m01"],
+            "m02": outputs["m02"],
+            "m03": outputs["m03"],
+            "m04": outputs["m04"],
+        }
+
+
 _MODULE_SOURCE: Final = {
     "sync": """\
         def before_run(run_context):
@@ -321,6 +361,9 @@ class Config:
     names: int = 0
     lag: int = 0
     fresh: bool = False
+    #: What the row is paired with in its process: the bare loop, or (``"none"``)
+    #: the session without plugins.
+    baseline: str = "bare"
 
     @property
     def label(self) -> str:
@@ -329,6 +372,12 @@ class Config:
             return "bare loop"
         if self.runner == "none":
             return "MonitoredSession, 0 plugins"
+        if self.runner == "hand":
+            return f"hand-written: {self.hooks} consumers building a dict of {self.names} values"
+        if self.runner == "direct":
+            return f"hand-written: {N_PLUGINS} {self.hook_kind} no-op hooks called directly"
+        if self.runner == "default":
+            return "MonitoredSession, default install (nothing due), over 0 plugins"
         if self.runner == "fetch":
             label = f"MonitoredSession, {self.hooks} hooks fetching {self.names} names each"
             if self.lag:
@@ -346,7 +395,8 @@ class Config:
 
 
 def all_configs(rows: str = "all") -> list[Config]:
-    """Every configuration of ``rows`` (``all``, ``hooks`` or ``fetch``), bare loops first."""
+    """Every configuration of ``rows`` (``all``, ``hooks``, ``fetch`` or ``default``),
+    bare loops first."""
     configs = []
     if rows in {"all", "hooks"}:
         for step_kind in ("sync", "async"):
@@ -355,9 +405,20 @@ def all_configs(rows: str = "all") -> list[Config]:
             for runner in ("hooks", "plugins"):
                 for hook_kind in ("sync", "async"):
                     configs.append(Config(step_kind, runner, hook_kind))
+        configs += [Config("sync", "direct", "sync"), Config("sync", "direct", "async")]
+    if rows in {"all", "default"}:
+        if rows == "default":
+            configs.append(Config("sync", "bare"))
+            configs.append(Config("sync", "none"))
+        configs.append(Config("sync", "default", baseline="none"))
     if rows in {"all", "fetch"}:
         if rows == "fetch":
             configs.append(Config("sync", "bare"))
+            # The ratios' baselines, in the same run: hooks returning None, sync and async.
+            configs.append(Config("sync", "hooks", "sync"))
+            configs.append(Config("sync", "hooks", "async"))
+            configs.append(Config("sync", "direct", "sync"))
+            configs.append(Config("sync", "direct", "async"))
         for hooks, names in ((1, 0), (1, 1), (1, 8), (1, 64), (10, 0), (10, 1), (10, 8)):
             configs.append(Config("sync", "fetch", "sync", hooks, names))
         configs.append(Config("sync", "fetch", "sync", 10, 8, fresh=True))
@@ -365,6 +426,7 @@ def all_configs(rows: str = "all") -> list[Config]:
             configs.append(Config("sync", "fetch", "sync", 10, 8, lag=1))
         configs.append(Config("sync", "fetch", "sync", 100, 0))
         configs.append(Config("sync", "fetch", "sync", 100, 8))
+        configs.append(Config("sync", "hand", "sync", 10, 8))
     return configs
 
 
@@ -392,6 +454,75 @@ def _bare_runner(step: StepFn, state: monitored.TrainState, is_async: bool) -> R
     return run_sync
 
 
+def _hand_runner(step: StepFn, state: monitored.TrainState, consumers: int) -> Runner:
+    sinks = [Consumer() for _ in range(consumers)]
+
+    async def run(n: int) -> int:
+        start = time.perf_counter_ns()
+        for _ in range(n):
+            hand_fetch(step(state), state, sinks)
+        return time.perf_counter_ns() - start
+
+    return run
+
+
+def _direct_runner(step: StepFn, state: monitored.TrainState, is_async: bool) -> Runner:
+    """A bare loop calling 10 no-op hook objects around each step, by hand."""
+    hooks: list[Any] = [AsyncNoopHook() if is_async else NoopHook() for _ in range(N_PLUGINS)]
+    before = [hook.before_run for hook in hooks]
+    after = [hook.after_run for hook in hooks]
+    values = monitored.SessionRunValues(None)
+
+    if is_async:
+
+        async def run_async(n: int) -> int:
+            start = time.perf_counter_ns()
+            for _ in range(n):
+                for call in before:
+                    await call(None)
+                step(state)
+                for call in after:
+                    await call(None, values)
+            return time.perf_counter_ns() - start
+
+        return run_async
+
+    async def run_sync(n: int) -> int:
+        start = time.perf_counter_ns()
+        for _ in range(n):
+            for call in before:
+                call(None)
+            step(state)
+            for call in after:
+                call(None, values)
+        return time.perf_counter_ns() - start
+
+    return run_sync
+
+
+@contextlib.asynccontextmanager
+async def _default_session(state: monitored.TrainState) -> AsyncIterator[monitored.MonitoredSession]:
+    """A session with every installed plugin of the environment, none of them due.
+
+    The benchmark's own no-op plugins are left out; progress prints plain lines
+    (every 30 s: none in a measurement), whatever the terminal.
+    """
+    ours = {_entry_point_name(kind, i) for kind in _MODULE_SOURCE for i in range(N_PLUGINS)}
+    session = monitored.MonitoredSession(
+        state, disable_plugins=ours, plugin_options={"progress": {"mode": "plain"}}
+    )
+    saved = os.environ.pop("MONITORED_DISABLE_PLUGIN_AUTOLOAD")
+    try:
+        await session.__aenter__()
+    finally:
+        os.environ["MONITORED_DISABLE_PLUGIN_AUTOLOAD"] = saved
+    try:
+        yield session
+    finally:
+        with contextlib.redirect_stderr(io.StringIO()):  # progress's closing line
+            await session.__aexit__(None, None, None)
+
+
 def _session_runner(session: monitored.MonitoredSession, step: StepFn) -> Runner:
     async def run(n: int) -> int:
         # Hoisted like the bare loop's ``step``: two attribute lookups (~0.03 µs) less.
@@ -413,7 +544,13 @@ async def _open(
     state = make_state(size)
     if config.runner == "bare":
         return _bare_runner(step, state, config.step_kind == "async")
-    if config.runner == "plugins":
+    if config.runner == "hand":
+        return _hand_runner(step, state, config.hooks)
+    if config.runner == "direct":
+        return _direct_runner(step, state, config.hook_kind == "async")
+    if config.runner == "default":
+        session = await stack.enter_async_context(_default_session(state))
+    elif config.runner == "plugins":
         session = await stack.enter_async_context(_plugin_session(state, config.hook_kind))
     elif config.runner == "fetch":
         names = FETCH_NAMES[: config.names]
@@ -447,16 +584,17 @@ class Result:
 
 
 async def measure_pair(config: Config, *, steps: int, size: int, block: int) -> tuple[float, float]:
-    """µs per step of the bare loop and of ``config``, for the same step function.
+    """µs per step of ``config``'s baseline and of ``config``, for the same step function.
 
-    Both are opened and warmed up, then run in alternating blocks of ``block``
-    steps (which goes first alternates too), so a slow spell of the machine hits
-    both alike.
+    The baseline is the bare loop (or, for the default install, the session
+    without plugins). Both are opened and warmed up, then run in alternating
+    blocks of ``block`` steps (which goes first alternates too), so a slow spell
+    of the machine hits both alike.
     """
     step_fns = make_steps(size)
     blocks = max(1, steps // block)
     async with contextlib.AsyncExitStack() as stack:
-        bare = await _open(Config(config.step_kind, "bare"), stack, step_fns, size)
+        bare = await _open(Config(config.step_kind, config.baseline), stack, step_fns, size)
         runner = await _open(config, stack, step_fns, size)
         for warm_up in (bare, runner):
             await warm_up(min(2000, steps))
@@ -527,12 +665,13 @@ def measure(
         shift = repeat % len(loaded)
         for config in loaded[shift:] + loaded[:shift]:
             bare_us, us = measure_in_child(config, steps=steps, size=size, block=block)
-            bare = results.setdefault(
-                Config(config.step_kind, "bare"), Result(Config(config.step_kind, "bare"))
-            )
-            bare.us_per_step.append(bare_us)
-            bare.overhead.append(0.0)
-            bare.ratio.append(1.0)
+            if config.baseline == "bare":
+                bare = results.setdefault(
+                    Config(config.step_kind, "bare"), Result(Config(config.step_kind, "bare"))
+                )
+                bare.us_per_step.append(bare_us)
+                bare.overhead.append(0.0)
+                bare.ratio.append(1.0)
             result = results[config]
             result.us_per_step.append(us)
             result.overhead.append(us - bare_us)
@@ -565,25 +704,86 @@ def machine() -> str:
 def _target_cell(result: Result, results: Sequence[Result]) -> str:
     config = result.config
     over = statistics.median(result.overhead)
-    if config.runner == "fetch":
-        if (config.hooks, config.names, config.lag, config.fresh) == (10, 8, 0, False):
-            ok = over <= TARGET_FETCH_10x8_US
-            return f"{'yes' if ok else 'NO'} (<= {TARGET_FETCH_10x8_US:g})"
-        if (config.hooks, config.names) == (1, 1):
-            same_hook = [r for r in results if r.config == dataclass_replace(config, names=0)]
-            if not same_hook:
-                return ""
-            more = over - statistics.median(same_hook[0].overhead)
-            ok = more <= TARGET_ONE_NAME_US
-            return f"{'yes' if ok else 'NO'} (+{more:.2f} over 0 names; <= +{TARGET_ONE_NAME_US:g})"
-        return ""
+    if config.runner == "default":
+        ok = over <= TARGET_DEFAULT_OVER_CORE_US
+        return f"{'yes' if ok else 'NO'} (<= {TARGET_DEFAULT_OVER_CORE_US:g} over 0 plugins)"
     if not config.loaded:
         return ""
-    cells = [f"{'yes' if over < TARGET_US_PER_STEP else 'NO'} (< {TARGET_US_PER_STEP:g})"]
-    if config.runner == "hooks":
-        target = TARGET_NOOP_ASYNC_US if config.hook_kind == "async" else TARGET_NOOP_SYNC_US
-        cells.append(f"{'yes' if over <= target else 'NO'} (<= {target:g})")
-    return "; ".join(cells)
+    return f"{'yes' if over < TARGET_US_PER_STEP else 'NO'} (< {TARGET_US_PER_STEP:g})"
+
+
+def _find(results: Sequence[Result], config: Config) -> Result | None:
+    return next((r for r in results if r.config == config), None)
+
+
+def ratios(results: Sequence[Result]) -> list[str]:
+    """The targets stated as ratios within this run, where the run has their rows.
+
+    Each ratio is given from the rows' medians and from each row's least-disturbed
+    repeat (its smallest overhead).
+    """
+    fetch = Config("sync", "fetch", "sync")
+    rows = {
+        "fetch": _find(results, dataclass_replace(fetch, hooks=10, names=8)),
+        "empty": _find(results, dataclass_replace(fetch, hooks=10, names=0)),
+        "hand": _find(results, Config("sync", "hand", "sync", 10, 8)),
+        "sync": _find(results, Config("sync", "hooks", "sync")),
+        "async": _find(results, Config("sync", "hooks", "async")),
+        "direct sync": _find(results, Config("sync", "direct", "sync")),
+        "direct async": _find(results, Config("sync", "direct", "async")),
+    }
+
+    def figures(name: str) -> tuple[float, float] | None:
+        row = rows[name]
+        return None if row is None else (statistics.median(row.overhead), min(row.overhead))
+
+    def line(what: str, num: tuple[float, float], den: tuple[float, float], target: float) -> str:
+        median, least = (n / d if d > 0 else float("inf") for n, d in zip(num, den, strict=True))
+        ok = "yes" if median <= target else "NO"
+        return f"{what}: {median:.2f}x (least-disturbed {least:.2f}x); target <= {target:g}x: {ok}"
+
+    lines = []
+    got = {name: figures(name) for name in rows}
+    fetched, empty, hand = got["fetch"], got["empty"], got["hand"]
+    if fetched is not None and empty is not None and hand is not None:
+        machinery = (fetched[0] - empty[0], fetched[1] - empty[1])
+        lines.append(
+            line(
+                "fetch machinery, 10 hooks x 8 names (10 x 8 row minus 10 x 0 row) "
+                "over the same fetch by hand",
+                machinery,
+                hand,
+                TARGET_FETCH_OVER_HAND,
+            )
+        )
+    if empty is not None and got["sync"] is not None:
+        lines.append(
+            line(
+                "10 hooks returning SessionRunArgs(None) over 10 returning None",
+                empty,
+                got["sync"],
+                TARGET_EMPTY_ARGS_OVER_NONE,
+            )
+        )
+    if got["async"] is not None and got["sync"] is not None:
+        lines.append(
+            line(
+                "10 async no-op hooks over 10 sync ones (sync step)",
+                got["async"],
+                got["sync"],
+                TARGET_ASYNC_OVER_SYNC,
+            )
+        )
+    if got["direct async"] is not None and got["direct sync"] is not None:
+        lines.append(
+            line(
+                "the same, called by hand (what the calls themselves cost)",
+                got["direct async"],
+                got["direct sync"],
+                TARGET_ASYNC_OVER_SYNC,
+            )
+        )
+    return lines
 
 
 def load_average() -> str:
@@ -608,7 +808,8 @@ def markdown(
         f"{args.block} steps; step = in-place NumPy update of {args.size} float32 + "
         "global step increment, returning a constant mapping of 62 outputs. Figures are "
         "medians over repeats; overhead = configuration "
-        "minus bare loop in the same process, with its min-max range. "
+        "minus bare loop in the same process (the default install: minus the session "
+        "with 0 plugins), with its min-max range. "
         f"Reference: TF1 MonitoredTrainingSession adds about {TF1_US_PER_STEP:g} us/step.",
         "",
         "| step fn | runner | us/step | overhead us/step | overhead min - max | x bare | target |",
@@ -624,6 +825,9 @@ def markdown(
             f"| {result.config.step_kind} | {result.config.label} | {us:.2f} | {over} | "
             f"{spread} | {ratio:.1f} | {_target_cell(result, results)} |"
         )
+    found = ratios(results)
+    if found:
+        lines += ["", *(f"- {line}" for line in found)]
     return "\n".join(lines)
 
 
@@ -639,6 +843,7 @@ def plain(results: Sequence[Result]) -> str:
             f"{statistics.median(result.us_per_step):8.2f} {over:9.2f} {spread:>12} "
             f"{statistics.median(result.ratio):6.1f}"
         )
+    rows += ratios(results)
     return "\n".join(rows)
 
 
@@ -653,9 +858,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--rows",
-        choices=("all", "hooks", "fetch"),
+        choices=("all", "hooks", "fetch", "default"),
         default="all",
-        help="no-op hook rows, fetch rows, or both",
+        help="no-op hook rows, fetch rows, the default install row, or all",
     )
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = parser.parse_args(argv)
