@@ -16,8 +16,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _standin_device import standin_cupy
 
 import monitored
+
+__all__ = ["standin_cupy"]  # the stand-in CuPy fixture (tests/_standin_device.py)
 
 
 @pytest.fixture(autouse=True)

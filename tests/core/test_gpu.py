@@ -141,3 +141,72 @@ async def test_lagged_cupy_values_arrive_one_step_late_without_a_blocking_copy(
     assert [float(r["loss"]) for r in seen[1:]] == [3.0, 6.0, 9.0]
     np.testing.assert_array_equal(seen[-1]["w"], [3, 3, 3])
     assert isinstance(seen[-1]["w"], np.ndarray)
+
+
+def _spin(cycles: int = 300_000_000) -> None:
+    """Queue a kernel that keeps the current stream busy ``cycles`` clock ticks (0.1-0.3 s)."""
+    kernel = cupy.RawKernel(
+        r"""
+        extern "C" __global__ void monitored_spin(long long cycles) {
+            long long start = clock64();
+            while (clock64() - start < cycles) {}
+        }
+        """,
+        "monitored_spin",
+    )
+    kernel((1,), (1,), (cupy.int64(cycles),))
+
+
+def test_to_host_keeps_0d_shapes_among_several_values() -> None:
+    from monitored._core._backend import to_host
+
+    values = [cupy.asarray(2.5, dtype=cupy.float32), cupy.arange(3, dtype=cupy.int8)]
+    values.append(cupy.asarray(7, dtype=cupy.int64))
+    host = to_host(values)
+    assert [h.shape for h in host] == [(), (3,), ()]
+    assert float(host[0]) == 2.5
+    assert int(host[2]) == 7
+    assert all(h.flags.aligned for h in host)
+
+
+def test_discarding_a_copy_in_flight_waits_for_it() -> None:
+    from monitored._core._backend import start_device_copy
+
+    w = cupy.arange(1 << 20, dtype=cupy.float32)
+    _spin()  # the pack, and so the copy, wait behind this
+    copy = start_device_copy([w, w.sum()], [0, 1])
+    events = [group[4] for group in copy._groups]
+    assert not all(event.done for event in events)  # still in flight
+    copy.discard()
+    assert all(event.done for event in events)
+
+
+async def test_a_failing_session_waits_for_its_copy_in_flight() -> None:
+    state = monitored.TrainState({"w": cupy.zeros(1 << 20, dtype=cupy.float32)})
+    seen: list[Any] = []
+
+    class Late:
+        def before_run(self, run_context: Any) -> monitored.SessionRunArgs:
+            return monitored.SessionRunArgs({"w": "w", "loss": "loss"}, lag=1)
+
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            seen.append(run_values.results)
+
+    def step(state: monitored.TrainState) -> dict[str, Any]:
+        _spin()
+        state["w"] += 1
+        state.global_step += 1
+        return {"loss": state["w"].sum()}
+
+    events: list[Any] = []
+    with pytest.raises(ZeroDivisionError):
+        async with monitored.MonitoredSession(state, hooks=[Late()]) as sess:
+            await sess.run(step)
+            pending = sess._fetcher.pending
+            assert pending is not None
+            assert pending[2] is not None
+            events = [group[4] for group in pending[2]._groups]
+            1 / 0  # noqa: B018
+    assert events
+    assert all(event.done for event in events)
+    assert seen == [None]

@@ -8,6 +8,7 @@ it: one transfer per step, however many hooks asked.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, final
@@ -85,14 +86,40 @@ def _device_to_host(values: Sequence[Any], indices: list[int], out: list[Any]) -
             if len(group) == 1:
                 out[group[0]] = cupy.asnumpy(values[group[0]])
                 continue
-            arrays = [cupy.ascontiguousarray(values[i]) for i in group]
-            packed = cupy.concatenate([a.reshape(-1).view(cupy.uint8) for a in arrays])
+            packed, layouts = _pack(cupy, [values[i] for i in group])
             host = cupy.asnumpy(packed)
-            offset = 0
-            for i, array in zip(group, arrays, strict=True):
-                end = offset + array.nbytes
-                out[i] = host[offset:end].view(array.dtype).reshape(array.shape)
-                offset = end
+            for i, (offset, shape, dtype, nbytes) in zip(group, layouts, strict=True):
+                out[i] = host[offset : offset + nbytes].view(dtype).reshape(shape)
+
+
+#: A value's place in a packed buffer: (offset, shape, dtype, nbytes).
+_Layout = tuple[int, tuple[int, ...], Any, int]
+
+
+def _pack(cupy: Any, arrays: Sequence[Any]) -> tuple[Any, list[_Layout]]:
+    """``arrays`` packed into one new device buffer of bytes, and where each lies in it.
+
+    Each value starts at a multiple of its dtype's alignment (padding is added after
+    an odd-sized value), so the host views unpacked from the buffer are aligned:
+    misaligned views are slower in every operation. The layouts keep each array's
+    **own** shape: ``cupy.ascontiguousarray`` (like NumPy's) turns a 0-d array into
+    shape ``(1,)``, so shapes are never taken from the contiguous copies.
+    """
+    layouts: list[_Layout] = []
+    pieces = []
+    total = 0
+    for array in arrays:
+        pad = -total % array.dtype.alignment
+        if pad:
+            pieces.append(cupy.empty((pad,), dtype=cupy.uint8))
+            total += pad
+        layouts.append((total, array.shape, array.dtype, array.nbytes))
+        pieces.append(cupy.ascontiguousarray(array).reshape(-1).view(cupy.uint8))
+        total += array.nbytes
+    # One value is copied too: the buffer is a snapshot, which later kernels (the
+    # next step's in-place updates) cannot change.
+    packed = cupy.concatenate(pieces) if len(pieces) > 1 else pieces[0].copy()
+    return packed, layouts
 
 
 #: One copy stream per device, created when a late transfer first needs it.
@@ -114,9 +141,9 @@ class DeviceCopy:
 
     __slots__ = ("_groups",)
 
-    def __init__(self, groups: list[tuple[list[int], list[Any], Any, Any, Any]]) -> None:
-        #: Per device: (indices, (shape, dtype, nbytes) of each array, packed device
-        #: buffer, pinned host buffer, event recorded after the copy).
+    def __init__(self, groups: list[tuple[list[int], list[_Layout], Any, Any, Any]]) -> None:
+        #: Per device: (indices, layout of each array, packed device buffer, pinned
+        #: host buffer, event recorded after the copy).
         self._groups = groups
 
     def finish(self, out: list[Any]) -> None:
@@ -124,13 +151,34 @@ class DeviceCopy:
         groups, self._groups = self._groups, []
         for indices, layouts, _packed, host, done in groups:
             done.synchronize()
-            offset = 0
-            for i, (shape, dtype, nbytes) in zip(indices, layouts, strict=True):
-                end = offset + nbytes
+            for i, (offset, shape, dtype, nbytes) in zip(indices, layouts, strict=True):
                 # Copied out of the pinned buffer, so that hooks keeping values do not
                 # hold page-locked memory, which the pool can then reuse at once.
-                out[i] = host[offset:end].view(dtype).reshape(shape).copy()
-                offset = end
+                out[i] = host[offset : offset + nbytes].view(dtype).reshape(shape).copy()
+
+    def discard(self) -> None:
+        """Forget the copies, once they have ended; the values are not wanted.
+
+        The buffers are released only after the copy's event: released at once, the
+        pool could hand the device buffer to new kernels, and the pinned buffer to
+        new host data, while the side stream still reads the one and writes the
+        other. Should waiting fail (the device failed), the buffers are kept for the
+        life of the process and the error is logged: this runs while a session is
+        being torn down for another failure, whose clean-up must go on.
+        """
+        groups, self._groups = self._groups, []
+        for group in groups:
+            try:
+                group[4].synchronize()
+            except Exception:
+                _abandoned.append(group)
+                logging.getLogger("monitored").exception(
+                    "waiting for a device-to-host copy to end failed; its buffers are kept"
+                )
+
+
+#: Buffers of copies that could not be waited for (see :meth:`DeviceCopy.discard`).
+_abandoned: list[Any] = []
 
 
 def start_device_copy(values: Sequence[Any], indices: Sequence[int]) -> DeviceCopy:
@@ -148,9 +196,7 @@ def start_device_copy(values: Sequence[Any], indices: Sequence[int]) -> DeviceCo
     groups = []
     for device_id, group in by_device.items():
         with cupy.cuda.Device(device_id):
-            arrays = [cupy.ascontiguousarray(values[i]) for i in group]
-            flat = [a.reshape(-1).view(cupy.uint8) for a in arrays]
-            packed = cupy.concatenate(flat) if len(flat) > 1 else flat[0].copy()
+            packed, layouts = _pack(cupy, [values[i] for i in group])
             packed_event = cupy.cuda.Event(block=False, disable_timing=True)
             packed_event.record()
             stream = _copy_streams.get(device_id)
@@ -163,6 +209,5 @@ def start_device_copy(values: Sequence[Any], indices: Sequence[int]) -> DeviceCo
             done.record(stream)
             # ``packed`` stays referenced until finish: its memory must not be reused
             # by the pool while the side stream still reads it.
-            layouts = [(a.shape, a.dtype, a.nbytes) for a in arrays]
             groups.append((group, layouts, packed, host, done))
     return DeviceCopy(groups)

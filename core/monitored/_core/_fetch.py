@@ -601,8 +601,15 @@ class Fetcher:
         )
 
     def drop(self) -> None:
-        """Forget pending answers (the session failed: no hook runs any more)."""
-        self.pending = None
+        """Forget pending answers (the session failed: no hook runs any more).
+
+        A device-to-host copy still running is waited for first
+        (:meth:`~monitored._core._backend.DeviceCopy.discard`): its buffers must not
+        be released while the copy reads and writes them.
+        """
+        pending, self.pending = self.pending, None
+        if pending is not None and pending[2] is not None:
+            pending[2].discard()
 
 
 def fetch_many(

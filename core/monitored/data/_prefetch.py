@@ -155,7 +155,9 @@ class Pipeline:
         if device:
             from ._staging import DeviceStager
 
-            self._stager = DeviceStager()
+            # The host may queue about this many steps ahead of the GPU before a
+            # pinned buffer set is reused (see _staging).
+            self._stager = DeviceStager(slots=buffer_size + 2)
         # -- position (what a checkpoint saves) --
         self._next = 0
         self._skips: list[tuple[int, int]] = []

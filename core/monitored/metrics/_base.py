@@ -2,7 +2,10 @@
 
 A metric keeps its running sums in a few float64 arrays of the inputs' array
 module (NumPy, or CuPy when it is given CuPy arrays: nothing leaves the device
-until :meth:`Metric.result`). Sums add up, so metrics updated on several workers
+until :meth:`Metric.result`, :meth:`Metric.state` or :meth:`Metric.merge`, so an
+update never waits for the device). Input ranges (AUC's predictions in [0, 1],
+class ids) are checked at once on NumPy; on CuPy their bounds are kept on the
+device and checked when the sums are next read. Sums add up, so metrics updated on several workers
 combine exactly with :meth:`Metric.merge`, and :meth:`Metric.state` /
 :meth:`Metric.from_state` turn a metric into plain arrays and back (to checkpoint
 it, or to reduce it across processes).
@@ -16,8 +19,14 @@ from typing import Any, ClassVar, Final, Self
 
 import numpy as np
 
-from .._core._backend import array_module, is_device_array
-from ._errors import MetricMergeError, MetricShapeError, MetricStateError, MetricWeightsError
+from .._core._backend import array_module, is_device_array, to_host
+from ._errors import (
+    MetricMergeError,
+    MetricShapeError,
+    MetricStateError,
+    MetricValueError,
+    MetricWeightsError,
+)
 
 __all__ = ["Metric"]
 
@@ -40,7 +49,7 @@ class Metric:
     constructor arguments in :meth:`config`.
     """
 
-    __slots__ = ("_arrays", "_updates", "_xp", "name")
+    __slots__ = ("_arrays", "_deferred", "_updates", "_xp", "name")
 
     #: The name this kind of metric is saved under in :meth:`state`.
     kind: ClassVar[str] = "metric"
@@ -54,6 +63,9 @@ class Metric:
         self._xp: ModuleType = np
         self._arrays: dict[str, Any] = self._zeros(np)
         self._updates = 0
+        #: Range checks still to judge (CuPy only): what -> ([min, max] on the
+        #: device, lowest allowed, highest allowed).
+        self._deferred: dict[str, tuple[Any, float, float]] = {}
 
     # -- what subclasses define ------------------------------------------------------------
     def _layout(self) -> dict[str, tuple[int, ...]]:
@@ -89,6 +101,7 @@ class Metric:
         self._xp = np
         self._arrays = self._zeros(np)
         self._updates = 0
+        self._deferred = {}
 
     def merge(self, other: Metric) -> Self:
         """Add ``other``'s sums to this metric's (another worker's share); returns ``self``.
@@ -106,8 +119,12 @@ class Metric:
             return self
         if self._updates == 0 and other._xp is not self._xp:
             self._adopt(other._xp)
+        if self._xp is np:
+            other._verify()  # its device-side range checks, before its sums count
         for key, value in other._arrays.items():
             self._arrays[key] += _to_module(value, self._xp)
+        for what, (bounds, low, high) in other._deferred.items():
+            self._note_bounds(what, _to_module(bounds, self._xp), low, high)
         self._updates += other._updates
         return self
 
@@ -115,8 +132,10 @@ class Metric:
         """The metric as plain data: kind, name, configuration, update count and arrays.
 
         The arrays are the accumulators themselves (copies), in their own module;
-        sum them element-wise to reduce metrics across processes.
+        sum them element-wise to reduce metrics across processes. Range checks
+        still pending on a device are judged first (one transfer).
         """
+        self._verify()
         return {
             "kind": self.kind,
             "version": STATE_VERSION,
@@ -186,6 +205,7 @@ class Metric:
             )
         self._xp = xp
         self._arrays = self._zeros(xp)
+        self._deferred = {}
 
     def _module(self, array: Any) -> ModuleType:
         """The module of ``array``; switches the accumulators to it if still empty."""
@@ -195,10 +215,66 @@ class Metric:
         return xp
 
     def _host(self) -> dict[str, np.ndarray[Any, Any]]:
-        """The accumulators as NumPy arrays (one transfer each when on a device)."""
+        """The accumulators as NumPy arrays, range checks judged (one transfer on a device)."""
         if self._xp is np:
             return self._arrays
-        return {key: _to_module(value, np) for key, value in self._arrays.items()}
+        keys = list(self._arrays)
+        checks = list(self._deferred.items())
+        host = to_host([self._arrays[key] for key in keys] + [c[1][0] for c in checks])
+        self._judge(checks, host[len(keys) :])
+        return dict(zip(keys, host[: len(keys)], strict=True))
+
+    def _check_range(self, values: Any, low: float, high: float, what: str) -> None:
+        """Refuse ``values`` outside ``[low, high]`` (``what`` says what they must be).
+
+        On NumPy the check is made now. On CuPy reading the bounds would make every
+        update wait for the device, so the batch's minimum and maximum are folded
+        into bounds kept on the device, judged when the sums are next read
+        (:meth:`result`, :meth:`state`, :meth:`merge`). NaN fails either way.
+        """
+        if not values.size:
+            return
+        if self._xp is np:
+            lo, hi = values.min().item(), values.max().item()
+            if not (lo >= low and hi <= high):
+                raise self._out_of_range(what, lo, hi, deferred=False)
+            return
+        xp = self._xp
+        self._note_bounds(what, xp.stack([values.min(), values.max()]).astype(_F64), low, high)
+
+    def _note_bounds(self, what: str, bounds: Any, low: float, high: float) -> None:
+        held = self._deferred.get(what)
+        if held is not None:
+            xp = self._xp
+            bounds = xp.stack(
+                [xp.minimum(held[0][0], bounds[0]), xp.maximum(held[0][1], bounds[1])]
+            )
+        self._deferred[what] = (bounds, low, high)
+
+    def _verify(self) -> None:
+        """Judge the range checks still pending on the device (one transfer for all)."""
+        if self._deferred:
+            checks = list(self._deferred.items())
+            self._judge(checks, to_host([c[1][0] for c in checks]))
+
+    def _judge(self, checks: list[tuple[str, tuple[Any, float, float]]], bounds: list[Any]) -> None:
+        for (what, (_, low, high)), (lo, hi) in zip(checks, bounds, strict=True):
+            if not (lo >= low and hi <= high):
+                # Kept: every later read fails too, until reset() drops the bad sums.
+                raise self._out_of_range(what, float(lo), float(hi), deferred=True)
+        for what, _ in checks:
+            del self._deferred[what]
+
+    def _out_of_range(self, what: str, lo: float, hi: float, deferred: bool) -> MetricValueError:
+        when = (
+            " in the updates since the last check (on CuPy the range is checked on the "
+            "device and reported when the sums are read: result(), state() or merge())"
+            if deferred
+            else ""
+        )
+        return MetricValueError(
+            f"metric {self.name!r} ({self.kind}): {what}, got values from {lo:g} to {hi:g}{when}"
+        )
 
     def __repr__(self) -> str:
         config = "".join(f", {key}={value!r}" for key, value in self.config().items())

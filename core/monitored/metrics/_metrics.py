@@ -13,7 +13,7 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from ._base import Metric, as_array, broadcast_weights, match_shapes
-from ._errors import MetricConfigError, MetricValueError
+from ._errors import MetricConfigError
 
 __all__ = [
     "AUC",
@@ -387,24 +387,23 @@ class AUC(Metric):
         xp = self._module(predictions)
         labels, predictions = match_shapes(self, labels, predictions)
         predictions = predictions.astype(xp.float32, copy=False)
-        if predictions.size:
-            low, high = float(predictions.min()), float(predictions.max())
-            if not (low >= 0.0 and high <= 1.0):
-                raise MetricValueError(
-                    f"metric {self.name!r} ({self.kind}): predictions must be in [0, 1] "
-                    f"(TF asserts it), got values from {low} to {high}"
-                )
+        self._check_range(predictions, 0.0, 1.0, "predictions must be in [0, 1] (TF asserts it)")
         thresholds = self._thresholds if xp is np else xp.asarray(self._thresholds)
         # How many thresholds lie strictly below each prediction: prediction > t[i]
         # exactly for i below that bucket.
         bucket = xp.searchsorted(thresholds, predictions.reshape(-1), side="left")
         positive = labels.reshape(-1).astype(bool, copy=False)
         size = self.num_thresholds + 1
-        if weights is None:
+        w = None
+        if weights is not None:
+            w = broadcast_weights(self, weights, predictions.shape, xp).reshape(-1)
+        if xp is not np:  # no boolean masks: each would read its size on the host
+            pos = _bins(xp, bucket, size, positive if w is None else w * positive)
+            neg = _bins(xp, bucket, size, ~positive if w is None else w * ~positive)
+        elif w is None:
             pos = xp.bincount(bucket[positive], minlength=size)
             neg = xp.bincount(bucket[~positive], minlength=size)
         else:
-            w = broadcast_weights(self, weights, predictions.shape, xp).reshape(-1)
             pos = xp.bincount(bucket[positive], weights=w[positive], minlength=size)
             neg = xp.bincount(bucket[~positive], weights=w[~positive], minlength=size)
         self._arrays["positives"] += pos
@@ -468,18 +467,31 @@ def _interpolate_pr_auc(
     return float(np.sum(_div_no_nan(slope * (dtp + intercept * log_ratio), tp[1:] + fn[1:])))
 
 
+def _bins(xp: Any, ids: Any, size: int, weights: Any) -> Any:
+    """``bincount(ids, weights, minlength=size)`` on CuPy, without waiting for the device.
+
+    CuPy's ``bincount`` checks its input on the host ("if (x < 0).any():  #
+    synchronize!", then ``int(cupy.max(x))`` for the size): two synchronizations
+    per call. Here the size is known and the ids are in ``[0, size)`` (checked on
+    the device, see :meth:`Metric._check_range`; CuPy wraps an index out of range,
+    so a bad batch cannot write outside the counts), so a scatter-add into zeros
+    needs nothing from the host. ``weights`` is float64 or bool (a 0/1 weight).
+    """
+    import cupyx
+
+    counts = xp.zeros((size,), dtype=_F64)
+    cupyx.scatter_add(counts, ids, weights.astype(_F64, copy=False))
+    return counts
+
+
 # -- per-class metrics -------------------------------------------------------------------------
 def _class_ids(metric: Metric, which: str, ids: Any, num_classes: int, xp: Any) -> Any:
     flat = ids.reshape(-1)
     if flat.size and flat.dtype.kind not in "iub":
         flat = flat.astype(xp.int64)
-    if flat.size:
-        low, high = int(flat.min()), int(flat.max())
-        if low < 0 or high >= num_classes:
-            raise MetricValueError(
-                f"metric {metric.name!r} ({metric.kind}): {which} must be class ids in "
-                f"[0, {num_classes}), got values from {low} to {high}"
-            )
+    metric._check_range(
+        flat, 0, num_classes - 1, f"{which} must be class ids in [0, {num_classes})"
+    )
     return flat.astype(xp.int64, copy=False)
 
 
@@ -522,7 +534,14 @@ class MeanPerClassAccuracy(Metric):
         n = self.num_classes
         flat_labels = _class_ids(self, "labels", labels, n, xp)
         correct = (predictions.astype(labels.dtype) == labels).reshape(-1)
-        if weights is None:
+        if xp is not np:  # no boolean mask and no bincount: each waits for the device
+            if weights is None:
+                w = xp.ones(flat_labels.shape, _F64)
+            else:
+                w = broadcast_weights(self, weights, labels.shape, xp).reshape(-1)
+            total = _bins(xp, flat_labels, n, w)
+            right = _bins(xp, flat_labels, n, w * correct)
+        elif weights is None:
             total = xp.bincount(flat_labels, minlength=n)
             right = xp.bincount(flat_labels[correct], minlength=n)
         else:
@@ -574,10 +593,12 @@ class MeanIoU(Metric):
         cell = _class_ids(self, "labels", labels, n, xp) * n + _class_ids(
             self, "predictions", predictions, n, xp
         )
-        if weights is None:
-            counts = xp.bincount(cell, minlength=n * n)
-        else:
+        w = None
+        if weights is not None:
             w = broadcast_weights(self, weights, labels.shape, xp).reshape(-1)
+        if xp is not np:
+            counts = _bins(xp, cell, n * n, xp.ones(cell.shape, _F64) if w is None else w)
+        else:
             counts = xp.bincount(cell, weights=w, minlength=n * n)
         self._arrays["confusion_matrix"] += counts.reshape(n, n)
         self._updates += 1

@@ -13,6 +13,7 @@ from typing import Any
 import fsspec
 import numpy as np
 import pytest
+from _standin_device import StandinCupy, standin_cupy
 
 from monitored import Coordinator, TrainState
 from monitored_checkpoint import (
@@ -32,6 +33,8 @@ from monitored_checkpoint._format import (
 )
 from monitored_checkpoint._store import open_store
 from monitored_checkpoint._writer import BackgroundWriter
+
+__all__ = ["standin_cupy"]  # the stand-in CuPy fixture
 
 
 # -- the writer ----------------------------------------------------------------------------------
@@ -234,6 +237,7 @@ def test_cupy_state_round_trips_through_host_memory(ckpt_dir: str) -> None:
             "w": cupy.arange(12, dtype=cupy.float32).reshape(3, 4),
             "h": cupy.arange(5, dtype=cupy.float16),
             "t": cupy.arange(6.0).reshape(2, 3).T,  # not contiguous
+            "count": cupy.asarray(7, dtype=cupy.int64),  # 0-d
         }
     )
     Saver().save(state, f"{ckpt_dir}/model.ckpt")
@@ -249,3 +253,36 @@ def test_cupy_state_round_trips_through_host_memory(ckpt_dir: str) -> None:
         assert isinstance(fresh[name], cupy.ndarray)
         assert cupy.asnumpy(fresh[name]).tobytes() == cupy.asnumpy(array).tobytes()
         assert cupy.asnumpy(target[name]).tobytes() == cupy.asnumpy(array).tobytes()
+        assert fresh[name].shape == array.shape
+    assert int(fresh["count"]) == 7
+
+
+def test_cupy_entries_0d_and_strided_round_trip_on_the_standin(
+    ckpt_dir: str, standin_cupy: StandinCupy
+) -> None:
+    """The CuPy paths of save and restore, on the stand-in CuPy (CI has no GPU)."""
+    cupy = standin_cupy.module
+    state = TrainState(
+        {
+            "w": cupy.arange(12, dtype=cupy.float32).reshape(3, 4),
+            "t": cupy.arange(6.0).reshape(2, 3).T,  # not contiguous
+            "count": cupy.asarray(7, dtype=cupy.int64),  # 0-d
+            "scale": cupy.asarray(np.float32(0.5)),  # 0-d
+        }
+    )
+    Saver().save(state, f"{ckpt_dir}/model.ckpt")
+    doc = json.loads(Path(ckpt_dir, "model.ckpt-0.json").read_text())
+    assert {a["module"] for a in doc["arrays"].values()} == {"cupy"}
+    assert doc["arrays"]["count"]["shape"] == []
+    target = TrainState({n: cupy.zeros_like(a) for n, a in state.items()})
+    target["t"] = cupy.zeros((2, 3)).T  # a strided target: ``set`` refuses it
+    held = target["t"]
+    restore(target, f"{ckpt_dir}/model.ckpt-0")
+    assert target["t"] is held, "restored into the existing device array"
+    fresh = TrainState()
+    restore(fresh, f"{ckpt_dir}/model.ckpt-0")
+    for name, array in state.items():
+        for restored in (fresh[name], target[name]):
+            assert isinstance(restored, cupy.ndarray)
+            assert restored.shape == array.shape
+            assert restored.get().tobytes() == array.get().tobytes()

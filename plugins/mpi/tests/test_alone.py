@@ -8,10 +8,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _standin_device import StandinCupy, standin_cupy
 
 import monitored
 import monitored_mpi
 from monitored_mpi import _world
+
+__all__ = ["standin_cupy"]  # the stand-in CuPy fixture
 
 
 @pytest.fixture
@@ -181,3 +184,31 @@ def test_gradient_layouts_are_compared_naming_the_variables() -> None:
         "compression fp16 here, compression None on rank 0",
         "no gradient for 'b' here (rank 0 passes one)",
     ]
+
+
+def test_a_worker_takes_the_chiefs_arrays_into_its_cupy_entries_in_place(
+    standin_cupy: StandinCupy,
+) -> None:
+    """Contiguous, Fortran-ordered and strided CuPy entries (``set`` refuses the last)."""
+    from monitored_mpi._share import _assign, _create_entries
+
+    cupy = standin_cupy.module
+    state = monitored.TrainState(
+        {
+            "c": cupy.zeros((2, 3), dtype=cupy.float32),
+            "f": cupy.zeros((3, 2), dtype=cupy.float32).T,
+            "s": cupy.zeros(8, dtype=cupy.float64)[::2],
+            "z": cupy.zeros((), dtype=cupy.int64),
+        }
+    )
+    _create_entries(
+        state, {"arrays": {"new": [[2], "float32", True]}, "modules": {"new": "cupy"}}, 1
+    )
+    assert isinstance(state["new"], cupy.ndarray)
+    rng = np.random.default_rng(0)
+    for name in ("c", "f", "s", "z", "new"):
+        held = state[name]
+        chief = np.asarray(rng.standard_normal(held.shape) * 10).astype(held.dtype)
+        _assign(state, name, held, chief.copy(order="C"))
+        assert state[name] is held
+        np.testing.assert_array_equal(held.get(), chief)

@@ -34,6 +34,7 @@ from monitored.train.optimizers import (
     RMSPropOptimizer,
 )
 from monitored.train.optimizers import _elementwise as engine
+from monitored.train.optimizers._indexed_slices import sum_duplicates, summed_rows
 
 cupy = pytest.importorskip("cupy")
 try:
@@ -212,3 +213,26 @@ def test_gradient_check_on_the_device() -> None:
     x = cupy.asarray(np.random.default_rng(0).standard_normal(5))
     error = compute_gradient_error(lambda x: cupy.sin(x), x, lambda x, dy: cupy.cos(x) * dy)
     assert error < 1e-6
+
+
+@pytest.mark.parametrize(
+    ("indices", "dtype"),
+    [([3, 1, 3, 0, 1, 3], np.int64), ([4, 0, 2], np.int32), ([7], np.uint8), ([], np.int64)],
+)
+def test_summed_rows_match_numpy_with_one_synchronization(indices: list[int], dtype: Any) -> None:
+    import cupyx
+
+    values = np.random.default_rng(0).standard_normal((len(indices), 3)).astype(np.float32)
+    index = np.array(indices, dtype=dtype)
+    expected_rows, expected = sum_duplicates(values, index)
+    device_values, device_index = cupy.asarray(values), cupy.asarray(index)
+    summed_rows(device_values, device_index, 8, "warm-up")
+    if not indices:
+        with cupyx.allow_synchronize(False):
+            rows, summed = summed_rows(device_values, device_index, 8, "test")
+    else:
+        rows, summed = summed_rows(device_values, device_index, 8, "test")
+    assert cupy.asnumpy(rows).tolist() == expected_rows.tolist()
+    np.testing.assert_allclose(cupy.asnumpy(summed), expected, rtol=1e-6)
+    with pytest.raises(IndexError, match="row index 9 is out of range"):
+        summed_rows(cupy.ones((2, 3), cupy.float32), cupy.asarray([1, 9]), 8, "test")

@@ -6,9 +6,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _standin_device import StandinCupy
 
 from monitored.train.optimizers import IndexedSlices
-from monitored.train.optimizers._indexed_slices import check_rows, sum_duplicates
+from monitored.train.optimizers._indexed_slices import check_rows, sum_duplicates, summed_rows
 
 
 def test_holds_values_indices_and_dense_shape() -> None:
@@ -82,3 +83,52 @@ def test_uint64_indices_past_int64_are_refused() -> None:
 
     with pytest.raises(IndexError, match="out of range"):
         IndexedSlices(np.ones((2, 1)), np.array([1, 2**64 - 1], np.uint64), dense_shape=(4, 1))
+
+
+# -- on the stand-in CuPy: the device path, one host read per sparse gradient ---------------
+
+
+@pytest.mark.parametrize(
+    ("indices", "dtype"),
+    [
+        ([3, 1, 3, 0, 1, 3], np.int64),  # duplicates
+        ([4, 0, 2], np.int32),  # none
+        ([7], np.uint8),
+        ([], np.int64),
+    ],
+)
+def test_summed_rows_on_cupy_reads_the_host_once_and_matches_numpy(
+    standin_cupy: StandinCupy, indices: list[int], dtype: Any
+) -> None:
+    cupy = standin_cupy.module
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal((len(indices), 3)).astype(np.float32)
+    index = np.array(indices, dtype=dtype)
+    expected_rows, expected = sum_duplicates(values, index)
+    standin_cupy.transfers.reset()
+    rows, summed = summed_rows(cupy.asarray(values), cupy.asarray(index), 8, "test")
+    assert standin_cupy.transfers.to_host == (1 if indices else 0)
+    assert rows.dtype == np.int64
+    assert rows.get().tolist() == expected_rows.tolist()
+    np.testing.assert_allclose(summed.get(), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("bad", [[1, 8, 2], [-1, 3]])
+def test_summed_rows_on_cupy_refuses_rows_out_of_range(
+    standin_cupy: StandinCupy, bad: list[int]
+) -> None:
+    cupy = standin_cupy.module
+    values = cupy.ones((len(bad), 2), dtype=np.float32)
+    with pytest.raises(IndexError, match=rf"test: row index {max(bad) if -1 not in bad else -1} "):
+        summed_rows(values, cupy.asarray(bad), 8, "test")
+
+
+def test_to_dense_on_cupy_sums_duplicates_with_one_host_read(standin_cupy: StandinCupy) -> None:
+    cupy = standin_cupy.module
+    values = cupy.asarray(np.array([[1.0, 2.0], [10.0, 20.0], [100.0, 200.0]]))
+    grad = IndexedSlices(values, cupy.asarray([2, 0, 2]))
+    standin_cupy.transfers.reset()
+    dense = grad.to_dense((4, 2))
+    assert standin_cupy.transfers.to_host == 1
+    assert isinstance(dense, cupy.ndarray)
+    np.testing.assert_array_equal(dense.get(), [[10, 20], [0, 0], [101, 202], [0, 0]])

@@ -26,7 +26,7 @@ from ..._core._backend import is_array, is_device_array
 from ..._core._state import TrainState
 from ._elementwise import UpdateRule, run_dense, run_rows
 from ._hyper import StepValue, check_name, check_real
-from ._indexed_slices import IndexedSlices, check_rows, sum_duplicates
+from ._indexed_slices import IndexedSlices, summed_rows
 from ._types import Array, LearningRate
 from ._variables import (
     check_trainable,
@@ -391,8 +391,9 @@ def _check_sparse(name: str, var: Array, grad: IndexedSlices, what: str) -> _Gra
             f"{what}: the IndexedSlices gradient of {name!r} has dense_shape "
             f"{grad.dense_shape}, but the variable is {describe(var)}"
         )
-    rows, summed = sum_duplicates(values, grad.indices)
-    check_rows(rows, var.shape[0], f"{what}: the IndexedSlices gradient of {name!r}")
+    rows, summed = summed_rows(
+        values, grad.indices, var.shape[0], f"{what}: the IndexedSlices gradient of {name!r}"
+    )
     return _Gradient(name, var, None, rows, summed)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from ..._core._backend import array_module, is_array, is_device_array
 from ._types import Array
 
-__all__ = ["IndexedSlices", "sum_duplicates"]
+__all__ = ["IndexedSlices", "sum_duplicates", "summed_rows"]
 
 
 @final
@@ -110,8 +110,9 @@ class IndexedSlices:
         xp = array_module(self._values)
         dense = xp.zeros(shape, dtype=self._values.dtype)
         if self._indices.shape[0]:
-            rows, summed = sum_duplicates(self._values, self._indices)
-            check_rows(rows, shape[0], "IndexedSlices.to_dense")
+            rows, summed = summed_rows(
+                self._values, self._indices, shape[0], "IndexedSlices.to_dense"
+            )
             dense[rows] = summed
         return dense
 
@@ -121,6 +122,46 @@ class IndexedSlices:
             f"IndexedSlices(values={self._values.dtype} {tuple(self._values.shape)}, "
             f"indices={tuple(self._indices.shape)}{shape})"
         )
+
+
+def summed_rows(values: Array, indices: Array, n_rows: int, what: str) -> tuple[Array, Array]:
+    """:func:`sum_duplicates`, with every row index checked to lie in ``[0, n_rows)``.
+
+    On CuPy, ``cupy.unique`` reads the number of distinct rows on the host (a
+    boolean mask), and the range check reads the extremes: two synchronizations
+    per sparse gradient. Here the rows are sorted and segmented on the device and
+    the count and both extremes come back together: one synchronization, which a
+    data-dependent row count cannot avoid (TF1's ``unique`` has one too).
+    """
+    if not is_device_array(values):
+        rows, summed = sum_duplicates(values, indices)
+        check_rows(rows, n_rows, what)
+        return rows, summed
+    xp = array_module(values)
+    n = indices.shape[0]
+    if n == 0:
+        return xp.zeros((0,), dtype=np.int64), xp.empty(values.shape, dtype=values.dtype)
+    order = xp.argsort(indices)
+    ordered = indices[order].astype(np.int64, copy=False)
+    first = xp.empty((n,), dtype=bool)
+    first[:1] = True
+    xp.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    segment = xp.cumsum(first, dtype=np.int64) - 1
+    count, low, high = (
+        int(x) for x in xp.stack([segment[-1] + 1, ordered[0], ordered[-1]]).tolist()
+    )
+    _check_extremes(low, high, n_rows, what)
+    rows = xp.empty((count,), dtype=np.int64)
+    rows[segment] = ordered  # the members of a segment all write the same index
+    inverse = xp.empty((n,), dtype=np.int64)
+    inverse[order] = segment
+    if count == n:
+        summed = xp.empty(values.shape, dtype=values.dtype)
+        summed[inverse] = values
+    else:
+        summed = xp.zeros((count, *values.shape[1:]), dtype=values.dtype)
+        _scatter_add(xp, summed, inverse, values)
+    return rows, summed
 
 
 def sum_duplicates(values: Array, indices: Array) -> tuple[Array, Array]:
@@ -147,6 +188,10 @@ def check_rows(rows: Array, n_rows: int, what: str) -> None:
         return
     # rows is sorted: its ends are its extremes (one transfer on a GPU).
     low, high = (int(x) for x in array_module(rows).stack([rows[0], rows[-1]]).tolist())
+    _check_extremes(low, high, n_rows, what)
+
+
+def _check_extremes(low: int, high: int, n_rows: int, what: str) -> None:
     if low < 0 or high >= n_rows:
         bad = low if low < 0 else high
         raise IndexError(f"{what}: row index {bad} is out of range for {n_rows} rows")

@@ -278,7 +278,10 @@ def take_snapshot(
                 if buffers is not None
                 else np.empty(shape, dtype)
             )
-            cupy.asnumpy(cupy.ascontiguousarray(array), out=host)
+            # Straight into ``host``: ``get(out=)`` makes its own contiguous copy of
+            # a strided array, and ``ascontiguousarray`` here would turn a 0-d entry
+            # into shape (1,), which ``get`` refuses for a 0-d ``host``.
+            cupy.asnumpy(array, out=host)
             modules[name] = "cupy"
         else:
             if not copy and little == dtype and array.flags.c_contiguous:

@@ -435,7 +435,7 @@ def _to_module(host: np.ndarray[Any, Any], module: str, name: str, manifest: Man
 def _upload(device: Any, host: np.ndarray[Any, Any]) -> None:
     if device.flags.c_contiguous:
         device.set(host)
-    else:  # pragma: no cover - needs a GPU and a strided state entry
+    else:  # ``set`` refuses a target that is not contiguous
         import cupy
 
         device[...] = cupy.asarray(host)

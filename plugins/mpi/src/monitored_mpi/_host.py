@@ -8,7 +8,7 @@ import numpy as np
 
 from monitored import is_device_array
 
-__all__ = ["host", "like"]
+__all__ = ["host", "like", "store"]
 
 
 def host(value: Any) -> np.ndarray[Any, Any]:
@@ -26,3 +26,18 @@ def like(array: np.ndarray[Any, Any], model: Any) -> Any:
     import cupy
 
     return cupy.asarray(array)
+
+
+def store(target: Any, array: np.ndarray[Any, Any]) -> None:
+    """Copy host ``array`` into the CuPy array ``target``, in place.
+
+    CuPy's ``set`` copies straight from host memory but refuses a target that is
+    neither C- nor F-contiguous ("Cannot set to non-contiguous array"); such an
+    entry (a transposed view, a slice with steps) goes through a device copy.
+    """
+    if target.flags.c_contiguous or target.flags.f_contiguous:
+        target.set(array)
+    else:
+        import cupy
+
+        target[...] = cupy.asarray(array)

@@ -34,6 +34,7 @@ from ._errors import (
     UnshareableStateError,
 )
 from ._host import host as host_of
+from ._host import store
 from ._world import World
 
 if TYPE_CHECKING:
@@ -170,7 +171,7 @@ async def share_state(world: World, session: MonitoredSession, max_wait_secs: fl
 
 def _assign(state: TrainState, name: str, old: Any, host: np.ndarray[Any, Any]) -> None:
     if is_device_array(old):
-        old.set(host)
+        store(old, host)
     elif isinstance(old, np.ndarray) and old.flags.writeable:
         np.copyto(old, host)
     else:
