@@ -512,7 +512,9 @@ def _direct_runner(step: StepFn, state: monitored.TrainState, is_async: bool) ->
 
 
 @contextlib.asynccontextmanager
-async def _default_session(state: monitored.TrainState) -> AsyncIterator[monitored.MonitoredSession]:
+async def _default_session(
+    state: monitored.TrainState,
+) -> AsyncIterator[monitored.MonitoredSession]:
     """A session with every installed plugin of the environment, none of them due.
 
     The benchmark's own no-op plugins are left out; progress prints plain lines
@@ -618,9 +620,7 @@ async def measure_pair(config: Config, *, steps: int, size: int, block: int) -> 
     return bare_ns / (blocks * block) / 1000, ns / (blocks * block) / 1000
 
 
-def _child(
-    conn: Connection, config: Config, steps: int, size: int, block: int, clock: str
-) -> None:
+def _child(conn: Connection, config: Config, steps: int, size: int, block: int, clock: str) -> None:
     global _now
     _now = CLOCKS[clock]
     try:
@@ -687,9 +687,7 @@ def measure(
         print(f"repeat {repeat + 1}/{repeats}", file=sys.stderr, flush=True)
         shift = repeat % len(loaded)
         for config in loaded[shift:] + loaded[:shift]:
-            bare_us, us = measure_in_child(
-                config, steps=steps, size=size, block=block, clock=clock
-            )
+            bare_us, us = measure_in_child(config, steps=steps, size=size, block=block, clock=clock)
             if config.baseline == "bare":
                 bare = results.setdefault(
                     Config(config.step_kind, "bare"), Result(Config(config.step_kind, "bare"))

@@ -63,7 +63,10 @@ async def test_a_default_step_calls_the_nan_guard_and_progress_once_per_event() 
 
 async def test_early_stopping_is_called_once_it_has_a_monitor() -> None:
     calls = await traced_calls(
-        plugin_options={"progress": {"mode": "plain"}, "early_stopping": {"monitor": "loss", "patience": 10}}
+        plugin_options={
+            "progress": {"mode": "plain"},
+            "early_stopping": {"monitor": "loss", "patience": 10},
+        }
     )
     assert {"early_stopping.before_run", "early_stopping.after_run"} <= set(calls)
 

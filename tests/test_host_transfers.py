@@ -52,7 +52,9 @@ def record(standin_cupy: StandinCupy, monkeypatch: pytest.MonkeyPatch) -> Iterat
     get, event_record = cupy.ndarray._get, cupy.cuda.Event.record
     synchronize = cupy.cuda.Event.synchronize
 
-    def recording_get(self: Any, kind: str, stream: Any, order: str, out: Any, blocking: bool) -> Any:
+    def recording_get(
+        self: Any, kind: str, stream: Any, order: str, out: Any, blocking: bool
+    ) -> Any:
         record.copies.append((record.step, blocking))
         return get(self, kind, stream, order, out, blocking)
 
@@ -67,7 +69,7 @@ def record(standin_cupy: StandinCupy, monkeypatch: pytest.MonkeyPatch) -> Iterat
     monkeypatch.setattr(cupy.ndarray, "_get", recording_get)
     monkeypatch.setattr(cupy.cuda.Event, "record", recording_record)
     monkeypatch.setattr(cupy.cuda.Event, "synchronize", recording_synchronize)
-    yield record
+    return record
 
 
 def _step(state: monitored.TrainState) -> dict[str, Any]:
@@ -107,7 +109,7 @@ async def test_a_default_install_never_waits_for_the_step_it_runs(
         step: 1 if step in saves else 0 for step in range(STEPS + 1)
     }
     # The NaN guard's loss: one copy per step, started without waiting ...
-    assert record.started() == {step: 1 for step in range(1, STEPS + 1)}
+    assert record.started() == dict.fromkeys(range(1, STEPS + 1), 1)
     # ... and collected at the next step (or at the close, for the last step), by
     # waiting for the event of the step before: never for the step being run.
     assert record.waits == [(step + 1, step) for step in range(1, STEPS + 1)]

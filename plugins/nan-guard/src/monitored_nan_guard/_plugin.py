@@ -2,9 +2,12 @@
 
 It watches ``monitored.optional("loss")`` by default, so scripts whose steps
 return no ``loss`` are not disturbed, and checks it with ``lag=1``: a loss on a
-device one step late, never making a step wait for the device (``lag`` option). Options (``plugin_options={"nan_guard":
-{...}}`` or ``MONITORED_PLUGIN_OPTIONS="nan_guard.on_nan=stop"``) set what the
-hook's arguments set. One guard per session; module functions delegate to it.
+device one step late, never making a step wait for the device (``lag`` option).
+Options (``plugin_options={"nan_guard": {...}}`` or
+``MONITORED_PLUGIN_OPTIONS="nan_guard.on_nan=stop"``) set what the hook's
+arguments set. One guard per session, whose ``before_run`` and ``after_run`` the
+session calls directly (``delegate_step_hooks``); the other module functions
+delegate to it.
 ``training_only``: evaluation sessions, which train nothing, do not load it.
 """
 
