@@ -174,6 +174,23 @@ class NoopHook:
         """Do nothing with nothing."""
 
 
+class EmptyArgsHook:
+    """Like :class:`NoopHook`, but ``before_run`` returns ``SessionRunArgs(None)``."""
+
+    __slots__ = ()
+
+    ARGS: Final = monitored.SessionRunArgs(None)
+
+    def before_run(self, run_context: monitored.SessionRunContext) -> monitored.SessionRunArgs:
+        """Ask for nothing, in a ``SessionRunArgs``."""
+        return self.ARGS
+
+    def after_run(
+        self, run_context: monitored.SessionRunContext, run_values: monitored.SessionRunValues
+    ) -> None:
+        """Do nothing with nothing."""
+
+
 class AsyncNoopHook:
     """Like :class:`NoopHook`, with ``async def`` implementations."""
 
@@ -388,6 +405,8 @@ class Config:
             if self.fresh:
                 label += ", new SessionRunArgs each step"
             return label
+        if self.hook_kind == "empty":
+            return f"MonitoredSession, {N_PLUGINS} hook objects returning SessionRunArgs(None)"
         what = "hook objects" if self.runner == "hooks" else "installed plugins (modules)"
         return f"MonitoredSession, {N_PLUGINS} {self.hook_kind} {what}"
 
@@ -408,7 +427,11 @@ def all_configs(rows: str = "all") -> list[Config]:
             for runner in ("hooks", "plugins"):
                 for hook_kind in ("sync", "async"):
                     configs.append(Config(step_kind, runner, hook_kind))
-        configs += [Config("sync", "direct", "sync"), Config("sync", "direct", "async")]
+        configs += [
+            Config("sync", "hooks", "empty"),
+            Config("sync", "direct", "sync"),
+            Config("sync", "direct", "async"),
+        ]
     if rows in {"all", "default"}:
         if rows == "default":
             configs.append(Config("sync", "bare"))
@@ -420,6 +443,7 @@ def all_configs(rows: str = "all") -> list[Config]:
             # The ratios' baselines, in the same run: hooks returning None, sync and async.
             configs.append(Config("sync", "hooks", "sync"))
             configs.append(Config("sync", "hooks", "async"))
+            configs.append(Config("sync", "hooks", "empty"))
             configs.append(Config("sync", "direct", "sync"))
             configs.append(Config("sync", "direct", "async"))
         for hooks, names in ((1, 0), (1, 1), (1, 8), (1, 64), (10, 0), (10, 1), (10, 8)):
@@ -575,7 +599,7 @@ async def _open(
             monitored.MonitoredSession(state, hooks=fetch_hooks)
         )
     else:
-        hook_type = AsyncNoopHook if config.hook_kind == "async" else NoopHook
+        hook_type = {"async": AsyncNoopHook, "empty": EmptyArgsHook}.get(config.hook_kind, NoopHook)
         hooks = [hook_type() for _ in range(N_PLUGINS)] if config.runner == "hooks" else []
         session = await stack.enter_async_context(monitored.MonitoredSession(state, hooks=hooks))
     return _session_runner(session, step)
@@ -749,6 +773,7 @@ def ratios(results: Sequence[Result]) -> list[str]:
     rows = {
         "fetch": _find(results, dataclass_replace(fetch, hooks=10, names=8)),
         "empty": _find(results, dataclass_replace(fetch, hooks=10, names=0)),
+        "empty args": _find(results, Config("sync", "hooks", "empty")),
         "hand": _find(results, Config("sync", "hand", "sync", 10, 8)),
         "sync": _find(results, Config("sync", "hooks", "sync")),
         "async": _find(results, Config("sync", "hooks", "async")),
@@ -779,11 +804,11 @@ def ratios(results: Sequence[Result]) -> list[str]:
                 TARGET_FETCH_OVER_HAND,
             )
         )
-    if empty is not None and got["sync"] is not None:
+    if got["empty args"] is not None and got["sync"] is not None:
         lines.append(
             line(
                 "10 hooks returning SessionRunArgs(None) over 10 returning None",
-                empty,
+                got["empty args"],
                 got["sync"],
                 TARGET_EMPTY_ARGS_OVER_NONE,
             )

@@ -755,7 +755,7 @@ class MonitoredSession:
                     trace.add(call.info.name, "before_run", started)
                 if asked is None:
                     continue
-                if not isinstance(asked, SessionRunArgs):
+                if type(asked) is not SessionRunArgs and not isinstance(asked, SessionRunArgs):
                     raise TypeError(
                         f"hook 'before_run' of {call.info.describe()} returned "
                         f"{type(asked).__name__}; it must return SessionRunArgs or None"
