@@ -84,8 +84,6 @@ from monitored._core._plugins import installed_entry_points
 
 #: TF1's ``MonitoredTrainingSession`` overhead on this class of machine (DESIGN.md).
 TF1_US_PER_STEP: Final = 38.0
-#: The first target for 10 no-op plugins (hook objects and installed modules alike).
-TARGET_US_PER_STEP: Final = 10.0
 #: Issue 26's targets, ratios within one run: the fetch machinery of 10 hooks x 8
 #: names over the same fetch written by hand; 10 hooks returning ``SessionRunArgs(None)``
 #: over 10 returning ``None``; 10 async no-op hooks over 10 sync ones; and the default
@@ -409,11 +407,6 @@ class Config:
             return f"MonitoredSession, {N_PLUGINS} hook objects returning SessionRunArgs(None)"
         what = "hook objects" if self.runner == "hooks" else "installed plugins (modules)"
         return f"MonitoredSession, {N_PLUGINS} {self.hook_kind} {what}"
-
-    @property
-    def loaded(self) -> bool:
-        """Whether the configuration carries the ``N_PLUGINS`` no-op plugins."""
-        return self.runner in {"hooks", "plugins"}
 
 
 def all_configs(rows: str = "all") -> list[Config]:
@@ -754,9 +747,7 @@ def _target_cell(result: Result, results: Sequence[Result]) -> str:
     if config.runner == "default":
         ok = over <= TARGET_DEFAULT_OVER_CORE_US
         return f"{'yes' if ok else 'NO'} (<= {TARGET_DEFAULT_OVER_CORE_US:g} over 0 plugins)"
-    if not config.loaded:
-        return ""
-    return f"{'yes' if over < TARGET_US_PER_STEP else 'NO'} (< {TARGET_US_PER_STEP:g})"
+    return ""
 
 
 def _find(results: Sequence[Result], config: Config) -> Result | None:

@@ -212,3 +212,46 @@ async def test_the_installed_guard_takes_lag_0_for_the_same_step(
             plugin_options={"nan_guard": {"lag": 0}},
         )
     assert state.global_step == 3
+
+
+# -- on a real GPU --------------------------------------------------------------------------
+
+
+def _real_cupy() -> Any:
+    cupy = pytest.importorskip("cupy")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA device")
+    except Exception as exc:  # CUDA runtime missing or broken
+        pytest.skip(f"no usable CUDA device: {exc}")
+    return cupy
+
+
+@pytest.mark.gpu
+async def test_a_gpu_loss_is_judged_one_step_late_naming_its_own_step() -> None:
+    cupy = _real_cupy()
+    hook = NanTensorHook("loss", lag=1)
+    state = device_state(cupy)
+    with pytest.raises(NanLossDuringTrainingError):
+        await run_session([hook], device_loss_at(cupy, {5}), state=state, max_steps=10)
+    assert [f.step for f in hook.failures] == [5]
+    assert state.global_step == 6
+
+
+@pytest.mark.gpu
+async def test_a_gpu_rollback_goes_back_before_the_failing_step(tmp_path: Any) -> None:
+    from monitored_checkpoint import CheckpointSaverHook
+
+    cupy = _real_cupy()
+    hook = NanTensorHook("loss", lag=1, on_nan="rollback")
+    saver = CheckpointSaverHook(tmp_path, save_steps=3, asynchronous=False, handle_signals=False)
+    state = device_state(cupy)
+    result = await run_session(
+        [hook, saver, monitored.StopAtStepHook(last_step=12)],
+        device_loss_at(cupy, {7, 8}),
+        state=state,
+        max_steps=50,
+    )
+    assert result.state.global_step == 12
+    assert [(r.failed_step, r.restored_step) for r in hook.rollbacks] == [(7, 6)]
+    np.testing.assert_array_equal(state["w"].get(), [12, 12])
