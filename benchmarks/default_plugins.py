@@ -6,9 +6,11 @@ machine hits all alike):
 * a **bare loop** calling the step function;
 * ``MonitoredSession`` with installed plugins off (``disable_plugins``);
 * ``MonitoredSession`` with ``nan_guard``, ``early_stopping`` and ``progress``
-  installed, at their defaults (the NaN guard fetches ``loss`` every step,
-  early stopping is off until configured, progress prints plain lines every
-  30 s without a terminal).
+  installed, at their defaults (the NaN guard reads the NumPy ``loss`` in
+  ``after_run``, without a fetch; early stopping is off until configured, and
+  then called at no step; progress prints plain lines every 30 s without a
+  terminal). The per-step cost of every installed plugin with nothing due,
+  over the core alone, is the default install row of ``benchmarks/overhead.py``.
 
 The step does about 1 ms of NumPy work (calibrated at start), increments the
 global step and returns a ``loss``. The figure of merit is throughput relative
