@@ -17,8 +17,11 @@ plugin tests import it with ``from _standin_device import standin_cupy``)::
         float(x.sum())
         assert standin_cupy.transfers.to_host == 1
 
-What follows CuPy (each behaviour quoted from CuPy's source, ``cupy/_core/core.pyx``
-and ``cupy/cuda/stream.pyx`` of v13/v14, in the comment where it is implemented):
+``transfers.to_host`` counts every device-to-host copy, a non-blocking one (a
+``lag=1`` fetch) included; ``transfers.syncs`` counts the times the host waited.
+
+What follows CuPy (each behaviour quoted, in the comment where it is implemented,
+from CuPy's source of v13/v14, the file named there):
 
 - the array type's module is ``cupy``, which is how
   :func:`monitored.is_device_array` recognises a device array;
@@ -31,9 +34,12 @@ and ``cupy/cuda/stream.pyx`` of v13/v14, in the comment where it is implemented)
   ``set(...)`` checks type, dtype and shape, and refuses a non-contiguous target;
 - ``ascontiguousarray`` of a 0-d array gives shape ``(1,)``;
 - storing a device value into a target of another shape (a (1,) into a 0-d) fails;
+- ``cupyx.allow_synchronize(False)`` makes any transfer raise
+  ``cupyx.DeviceSynchronized``;
 - functions that read a value on the host inside CuPy count as transfers:
   ``bincount`` (two), ``unique`` and boolean-mask indexing (one each);
-  ``cupyx.scatter_add`` wraps indices out of range instead of raising;
+  ``cupy.add.at`` wraps indices out of range instead of raising, and
+  ``cupyx.scatter_add`` warns that it is deprecated;
 - streams and events: work issued on a stream other than the null stream (a copy
   with ``blocking=False``, a ``set`` on a side stream) does **not** happen when it
   is issued, only when the host waits for it (``stream.synchronize()``,
@@ -45,6 +51,12 @@ and ``cupy/cuda/stream.pyx`` of v13/v14, in the comment where it is implemented)
 
 Everything else (``cupy.zeros``, ``cupy.concatenate``, ufuncs, ...) is NumPy's
 function applied to the arrays' data, its results wrapped back into device arrays.
+
+Not modelled: compiled kernels (``ElementwiseKernel``, ``RawKernel``: the
+optimizers' fused updates run only on a GPU), more than one device, the memory
+pool itself, and the difference between pinned and pageable host memory. Work on
+the null stream happens at once, so the stand-in cannot show how far the host runs
+ahead of the device; it shows where the host waits.
 """
 
 from __future__ import annotations
@@ -54,6 +66,7 @@ import contextlib
 import gc
 import sys
 import types
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -353,6 +366,8 @@ def _inplace(name: str) -> Callable[..., Any]:
     return method
 
 
+# CuPy (_core/flags.pyx): ``Flags(c_contiguous, f_contiguous, owndata)`` and nothing
+# else: no ``writeable``, no ``aligned``; indexing knows only those three names.
 class _Flags:
     def __init__(self, array: np.ndarray) -> None:
         self.c_contiguous = bool(array.flags.c_contiguous)
@@ -360,7 +375,14 @@ class _Flags:
         self.owndata = array.base is None
 
     def __getitem__(self, name: str) -> bool:
-        return {"C_CONTIGUOUS": self.c_contiguous, "F_CONTIGUOUS": self.f_contiguous}[name]
+        known = {
+            "C_CONTIGUOUS": self.c_contiguous,
+            "F_CONTIGUOUS": self.f_contiguous,
+            "OWNDATA": self.owndata,
+        }
+        if name not in known:
+            raise KeyError(f"{name} is not defined for cupy.ndarray.flags")
+        return known[name]
 
 
 class ndarray:
@@ -415,6 +437,7 @@ class ndarray:
         self, kind: str, stream: Stream | None, order: str, out: Any, blocking: bool
     ) -> np.ndarray:
         state = _state()
+        state.declare_synchronize()
         state.transfers.to_host += 1
         state.transfers.kinds[kind] += 1
         if out is not None:
@@ -642,6 +665,11 @@ class _Ufunc:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return _call(self._ufunc, args, kwargs)
 
+    # CuPy (_kernel.pyx, ``ufunc.at``): "a._scatter_op(indices, b, self._scatter_op)",
+    # the scatter of ``a[indices] = ...``, which wraps integer indices out of range.
+    def at(self, a: ndarray, indices: Any, b: Any = None) -> None:
+        self._ufunc.at(a._a, _wrapped_index(indices, a.shape[0] if a.ndim else 0), _unwrap(b))
+
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._ufunc, name)
         if not callable(method):
@@ -707,7 +735,9 @@ def _asnumpy(
 
 def _note_transfer(kind: str) -> None:
     """Count a transfer CuPy makes inside a function (a size or a check read on the host)."""
-    transfers = _state().transfers
+    state = _state()
+    state.declare_synchronize()
+    transfers = state.transfers
     transfers.to_host += 1
     transfers.syncs += 1
     transfers.kinds[kind] += 1
@@ -764,14 +794,30 @@ def _zeros_pinned(shape: Any, dtype: Any = float, order: str = "C") -> np.ndarra
     return np.zeros(shape, dtype, order=order)
 
 
-# CuPy (``ndarray.__setitem__``'s note, which scatter_add shares): "CuPy handles
+# CuPy (``ndarray.__setitem__``'s note, which the scatters share): "CuPy handles
 # out-of-bounds indices differently from NumPy when using integer array indexing.
 # NumPy handles them by raising an error, but CuPy wraps around them."
+def _wrapped_index(indices: Any, length: int) -> Any:
+    index = _unwrap(indices)
+    if isinstance(index, np.ndarray) and index.dtype.kind in "iu" and length:
+        return np.mod(index, length)
+    return index
+
+
+# CuPy (cupyx/_scatter.py): ``scatter_add`` is ``a.scatter_add(slices, value)``, and
+# that method warns "`ndarray.scatter_add` is deprecated. Please use `cupy.add.at`
+# instead." (DeprecationWarning), which the test suite turns into an error.
 def _scatter_add(a: ndarray, slices: Any, value: Any) -> None:
-    index = _unwrap(slices)
-    if isinstance(index, np.ndarray) and index.dtype.kind in "iu":
-        index = np.mod(index, a.shape[0]) if a.shape[0] else index
-    np.add.at(a._a, index, _unwrap(value))
+    warnings.warn(
+        "`ndarray.scatter_add` is deprecated. Please use `cupy.add.at` instead.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    np.add.at(a._a, _wrapped_index(slices, a.shape[0] if a.ndim else 0), _unwrap(value))
+
+
+class DeviceSynchronized(RuntimeError):
+    """``cupyx.DeviceSynchronized``: a synchronization inside ``allow_synchronize(False)``."""
 
 
 class StandinCupy:
@@ -788,6 +834,10 @@ class StandinCupy:
         self.cupyx.empty_pinned = _empty_pinned  # type: ignore[attr-defined]
         self.cupyx.zeros_pinned = _zeros_pinned  # type: ignore[attr-defined]
         self.cupyx.scatter_add = _scatter_add  # type: ignore[attr-defined]
+        self.cupyx.allow_synchronize = self._allow_synchronize  # type: ignore[attr-defined]
+        self.cupyx.DeviceSynchronized = DeviceSynchronized  # type: ignore[attr-defined]
+        #: Whether synchronizing is allowed here (``cupyx.allow_synchronize``).
+        self._allowed = True
 
     def _build_cupy(self) -> types.ModuleType:
         module = _CupyModule("cupy", "NumPy-backed stand-in for CuPy (tests only)")
@@ -819,6 +869,22 @@ class StandinCupy:
         module.bincount = _bincount  # type: ignore[attr-defined]
         module.unique = _unique  # type: ignore[attr-defined]
         return module
+
+    # CuPy (_core/syncdetect.py): ``allow_synchronize(allow)`` is a context manager;
+    # ``_declare_synchronize()`` (called by ``get`` before every copy, blocking or
+    # not) raises ``DeviceSynchronized`` inside ``allow_synchronize(False)``.
+    @contextlib.contextmanager
+    def _allow_synchronize(self, allow: bool) -> Iterator[None]:
+        previous, self._allowed = self._allowed, bool(allow)
+        try:
+            yield
+        finally:
+            self._allowed = previous
+
+    def declare_synchronize(self) -> None:
+        """What CuPy's ``syncdetect._declare_synchronize`` does: refuse where forbidden."""
+        if not self._allowed:
+            raise DeviceSynchronized("Device synchronization was detected while disallowed.")
 
     def pending(self) -> int:
         """How many copies issued on side streams have not happened yet."""

@@ -99,3 +99,17 @@ def test_a_device_value_of_another_shape_is_not_stored(standin_cupy: StandinCupy
     row = cupy.zeros((2, 3))
     row[...] = cupy.arange(3.0)  # broadcasting to the target's shape is fine
     assert row.get().tolist() == [[0, 1, 2], [0, 1, 2]]
+
+
+def test_allow_synchronize_false_refuses_any_transfer(standin_cupy: StandinCupy) -> None:
+    cupy, cupyx = standin_cupy.module, standin_cupy.cupyx
+    x = cupy.arange(3.0)
+    with cupyx.allow_synchronize(False):
+        y = (x * 2).sum()  # device work only
+        with pytest.raises(cupyx.DeviceSynchronized):
+            float(y)
+        with pytest.raises(cupyx.DeviceSynchronized):
+            cupy.bincount(cupy.asarray([0, 1]))
+        with cupyx.allow_synchronize(True):
+            assert float(y) == 6.0
+    assert float(y) == 6.0

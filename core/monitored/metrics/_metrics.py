@@ -474,20 +474,25 @@ def _bins(xp: Any, ids: Any, size: int, weights: Any) -> Any:
     synchronize!", then ``int(cupy.max(x))`` for the size): two synchronizations
     per call. Here the size is known and the ids are in ``[0, size)`` (checked on
     the device, see :meth:`Metric._check_range`; CuPy wraps an index out of range,
-    so a bad batch cannot write outside the counts), so a scatter-add into zeros
-    needs nothing from the host. ``weights`` is float64 or bool (a 0/1 weight).
+    so a bad batch cannot write outside the counts), so an unbuffered add into
+    zeros needs nothing from the host. ``weights`` is float64 or bool (0/1).
     """
-    import cupyx
-
     counts = xp.zeros((size,), dtype=_F64)
-    cupyx.scatter_add(counts, ids, weights.astype(_F64, copy=False))
+    weights = weights.astype(_F64, copy=False)
+    add_at = getattr(xp.add, "at", None)
+    if add_at is not None:
+        add_at(counts, ids, weights)
+    else:  # pragma: no cover - CuPy before ufunc.at
+        import cupyx
+
+        cupyx.scatter_add(counts, ids, weights)
     return counts
 
 
 # -- per-class metrics -------------------------------------------------------------------------
 def _class_ids(metric: Metric, which: str, ids: Any, num_classes: int, xp: Any) -> Any:
     flat = ids.reshape(-1)
-    if flat.size and flat.dtype.kind not in "iub":
+    if flat.size and flat.dtype.kind not in "iu":  # floats truncate, as TF casts them
         flat = flat.astype(xp.int64)
     metric._check_range(
         flat, 0, num_classes - 1, f"{which} must be class ids in [0, {num_classes})"

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _standin_device import StandinCupy
 
 from monitored._core._state import TrainState
 from monitored.train.moving_averages import ExponentialMovingAverage
@@ -574,3 +575,29 @@ async def test_a_hook_sets_or_feeds_the_learning_rate_in_a_session() -> None:
             state["w/Momentum/momentum"], scheduled["w/Momentum/momentum"]
         )
     assert not np.array_equal(scheduled["w"], (await run(MomentumOptimizer(0.1, 0.9), []))["w"])
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: GradientDescentOptimizer(0.1),
+        lambda: AdamOptimizer(0.1),
+        lambda: MomentumOptimizer(0.1, 0.9, use_nesterov=True),
+        lambda: RMSPropOptimizer(0.1, momentum=0.5, centered=True),
+    ],
+)
+def test_dense_updates_of_cupy_variables_never_read_the_host(
+    standin_cupy: StandinCupy, make: Any
+) -> None:
+    """float16 takes the ufunc path the stand-in CuPy runs (fused kernels need a GPU)."""
+    cupy = standin_cupy.module
+    start = np.linspace(-1, 1, 12).reshape(4, 3).astype(np.float16)
+    device, host = TrainState({"w": cupy.asarray(start)}), TrainState({"w": start.copy()})
+    on_device, on_host = make(), make()
+    for step in range(3):
+        grad = np.full((4, 3), step + 1, np.float16)
+        standin_cupy.transfers.reset()
+        on_device.apply_gradients(device, {"w": cupy.asarray(grad)})
+        assert standin_cupy.transfers.to_host == 0
+        on_host.apply_gradients(host, {"w": grad})
+    np.testing.assert_allclose(device["w"].get(), host["w"], rtol=1e-3)

@@ -9,7 +9,12 @@ import pytest
 from _standin_device import StandinCupy
 
 from monitored.train.optimizers import IndexedSlices
-from monitored.train.optimizers._indexed_slices import check_rows, sum_duplicates, summed_rows
+from monitored.train.optimizers._indexed_slices import (
+    check_rows,
+    sum_duplicates,
+    summed_rows,
+    summed_rows_of,
+)
 
 
 def test_holds_values_indices_and_dense_shape() -> None:
@@ -132,3 +137,67 @@ def test_to_dense_on_cupy_sums_duplicates_with_one_host_read(standin_cupy: Stand
     assert standin_cupy.transfers.to_host == 1
     assert isinstance(dense, cupy.ndarray)
     np.testing.assert_array_equal(dense.get(), [[10, 20], [0, 0], [101, 202], [0, 0]])
+
+
+def test_the_sparse_gradients_of_a_step_share_one_host_read(standin_cupy: StandinCupy) -> None:
+    cupy = standin_cupy.module
+    rng = np.random.default_rng(1)
+    gradients = []
+    for n in (5, 3, 0, 6):
+        values = rng.standard_normal((n, 2)).astype(np.float32)
+        gradients.append((values, rng.integers(0, 4, n)))
+    device = [(cupy.asarray(v), cupy.asarray(i), 4, f"g{k}") for k, (v, i) in enumerate(gradients)]
+    host = [(v, i, 4, f"h{k}") for k, (v, i) in enumerate(gradients)]
+    standin_cupy.transfers.reset()
+    results = summed_rows_of([*device, *host])
+    assert standin_cupy.transfers.to_host == 1  # three non-empty device gradients, one read
+    for (rows, summed), (expected_rows, expected) in zip(
+        results[:4], [sum_duplicates(v, i) for v, i in gradients], strict=True
+    ):
+        assert rows.get().tolist() == expected_rows.tolist()
+        np.testing.assert_allclose(summed.get(), expected, rtol=1e-6)
+    for (rows, summed), (expected_rows, expected) in zip(
+        results[4:], [sum_duplicates(v, i) for v, i in gradients], strict=True
+    ):
+        assert rows.tolist() == expected_rows.tolist()
+        np.testing.assert_allclose(summed, expected, rtol=1e-6)
+    bad = [device[0], (cupy.ones((1, 2), np.float32), cupy.asarray([9]), 4, "g-bad")]
+    with pytest.raises(IndexError, match="g-bad: row index 9 is out of range for 4 rows"):
+        summed_rows_of(bad)
+
+
+def test_apply_gradients_on_cupy_reads_the_host_once_for_all_sparse_gradients(
+    standin_cupy: StandinCupy,
+) -> None:
+    """float16 variables take the ufunc path, which the stand-in runs (no compiled kernel)."""
+    from monitored import TrainState
+    from monitored.train.optimizers import AdagradOptimizer
+
+    cupy = standin_cupy.module
+    start = np.ones((6, 2), np.float16)
+    device = TrainState({"a": cupy.asarray(start), "b": cupy.asarray(start)})
+    host = TrainState({"a": start.copy(), "b": start.copy()})
+    grads = {
+        "a": (np.ones((3, 2), np.float16), np.array([5, 1, 5])),
+        "b": (np.full((2, 2), 2, np.float16), np.array([0, 3])),
+    }
+    on_device, on_host = AdagradOptimizer(0.1), AdagradOptimizer(0.1)
+    for _ in range(2):
+        standin_cupy.transfers.reset()
+        on_device.apply_gradients(
+            device,
+            {n: IndexedSlices(cupy.asarray(v), cupy.asarray(i)) for n, (v, i) in grads.items()},
+        )
+        assert standin_cupy.transfers.to_host == 1
+        on_host.apply_gradients(host, {n: IndexedSlices(v, i) for n, (v, i) in grads.items()})
+    for name in host:
+        np.testing.assert_allclose(device[name].get(), host[name], rtol=1e-3)
+    with pytest.raises(IndexError, match="gradient of 'b': row index 6 is out of range"):
+        on_device.apply_gradients(
+            device,
+            {
+                "a": IndexedSlices(cupy.ones((1, 2), np.float16), cupy.asarray([0])),
+                "b": IndexedSlices(cupy.ones((1, 2), np.float16), cupy.asarray([6])),
+            },
+        )
+    np.testing.assert_allclose(device["a"].get(), host["a"], rtol=1e-3)  # nothing applied

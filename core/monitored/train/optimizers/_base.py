@@ -26,7 +26,7 @@ from ..._core._backend import is_array, is_device_array
 from ..._core._state import TrainState
 from ._elementwise import UpdateRule, run_dense, run_rows
 from ._hyper import StepValue, check_name, check_real
-from ._indexed_slices import IndexedSlices, summed_rows
+from ._indexed_slices import IndexedSlices, summed_rows_of
 from ._types import Array, LearningRate
 from ._variables import (
     check_trainable,
@@ -224,6 +224,7 @@ class Optimizer(abc.ABC):
             raise ValueError(
                 f"{what}: no gradients provided for any variable: {[name for name, _ in pairs]}"
             )
+        gradients = _sum_sparse_rows(gradients, what)
         rate = self._learning_rate.at(state.global_step) if fed is None else fed
         self._ensure_slots(state, [(g.name, g.var) for g in gradients])
         hyper = self._prepare(rate, state)
@@ -391,10 +392,34 @@ def _check_sparse(name: str, var: Array, grad: IndexedSlices, what: str) -> _Gra
             f"{what}: the IndexedSlices gradient of {name!r} has dense_shape "
             f"{grad.dense_shape}, but the variable is {describe(var)}"
         )
-    rows, summed = summed_rows(
-        values, grad.indices, var.shape[0], f"{what}: the IndexedSlices gradient of {name!r}"
+    # Rows still as given: _sum_sparse_rows sums duplicates and checks the range.
+    return _Gradient(name, var, None, grad.indices, values)
+
+
+def _sum_sparse_rows(gradients: list[_Gradient], what: str) -> list[_Gradient]:
+    """The sparse gradients with their duplicate rows summed and their rows checked.
+
+    All of them at once: on CuPy, their row counts and extremes reach the host in
+    one transfer (:func:`summed_rows_of`).
+    """
+    sparse = [i for i, g in enumerate(gradients) if g.dense is None]
+    if not sparse:
+        return gradients
+    summed = summed_rows_of(
+        [
+            (
+                gradients[i].values,
+                gradients[i].rows,
+                gradients[i].var.shape[0],
+                f"{what}: the IndexedSlices gradient of {gradients[i].name!r}",
+            )
+            for i in sparse
+        ]
     )
-    return _Gradient(name, var, None, rows, summed)
+    done = list(gradients)
+    for i, (rows, values) in zip(sparse, summed, strict=True):
+        done[i] = done[i]._replace(rows=rows, values=values)
+    return done
 
 
 def _check_module(name: str, var: Array, grad: Array, what: str) -> None:

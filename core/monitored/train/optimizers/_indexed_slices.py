@@ -13,10 +13,10 @@ from typing import Any, final
 
 import numpy as np
 
-from ..._core._backend import array_module, is_array, is_device_array
+from ..._core._backend import array_module, is_array, is_device_array, to_host
 from ._types import Array
 
-__all__ = ["IndexedSlices", "sum_duplicates", "summed_rows"]
+__all__ = ["IndexedSlices", "sum_duplicates", "summed_rows", "summed_rows_of"]
 
 
 @final
@@ -125,43 +125,81 @@ class IndexedSlices:
 
 
 def summed_rows(values: Array, indices: Array, n_rows: int, what: str) -> tuple[Array, Array]:
-    """:func:`sum_duplicates`, with every row index checked to lie in ``[0, n_rows)``.
+    """:func:`sum_duplicates`, with every row index checked to lie in ``[0, n_rows)``."""
+    [result] = summed_rows_of([(values, indices, n_rows, what)])
+    return result
+
+
+def summed_rows_of(
+    gradients: Sequence[tuple[Array, Array, int, str]],
+) -> list[tuple[Array, Array]]:
+    """:func:`summed_rows` of each ``(values, indices, n_rows, what)``, reading the host once.
 
     On CuPy, ``cupy.unique`` reads the number of distinct rows on the host (a
-    boolean mask), and the range check reads the extremes: two synchronizations
-    per sparse gradient. Here the rows are sorted and segmented on the device and
-    the count and both extremes come back together: one synchronization, which a
-    data-dependent row count cannot avoid (TF1's ``unique`` has one too).
+    boolean mask) and a range check reads the extremes: two synchronizations per
+    sparse gradient. Here each gradient's rows are sorted and segmented on the
+    device, and the counts and extremes of all of them come back in one transfer:
+    one synchronization per step, which a data-dependent row count cannot avoid
+    (TF1's ``unique`` has one too).
     """
-    if not is_device_array(values):
-        rows, summed = sum_duplicates(values, indices)
-        check_rows(rows, n_rows, what)
+    results: list[tuple[Array, Array] | None] = [None] * len(gradients)
+    plans: list[tuple[int, _RowPlan]] = []
+    for i, (values, indices, n_rows, what) in enumerate(gradients):
+        if not is_device_array(values):
+            rows, summed = sum_duplicates(values, indices)
+            check_rows(rows, n_rows, what)
+            results[i] = rows, summed
+        elif indices.shape[0] == 0:
+            xp = array_module(values)
+            results[i] = (
+                xp.zeros((0,), dtype=np.int64),
+                xp.empty(values.shape, dtype=values.dtype),
+            )
+        else:
+            plans.append((i, _RowPlan(values, indices)))
+    if plans:
+        summaries = to_host([plan.summary for _, plan in plans])
+        for (i, plan), summary in zip(plans, summaries, strict=True):
+            count, low, high = (int(x) for x in summary)
+            _values, _indices, n_rows, what = gradients[i]
+            _check_extremes(low, high, n_rows, what)
+            results[i] = plan.finish(count)
+    return [result for result in results if result is not None]
+
+
+class _RowPlan:
+    """One sparse gradient's rows sorted and segmented on the device, awaiting its count."""
+
+    __slots__ = ("_order", "_ordered", "_segment", "_values", "_xp", "summary")
+
+    def __init__(self, values: Array, indices: Array) -> None:
+        xp = self._xp = array_module(values)
+        n = indices.shape[0]
+        self._values = values
+        self._order = xp.argsort(indices)
+        self._ordered = indices[self._order].astype(np.int64, copy=False)
+        first = xp.empty((n,), dtype=bool)
+        first[:1] = True
+        xp.not_equal(self._ordered[1:], self._ordered[:-1], out=first[1:])
+        self._segment = xp.cumsum(first, dtype=np.int64) - 1
+        #: On the device: the number of distinct rows, the smallest and the largest.
+        self.summary = xp.stack([self._segment[-1] + 1, self._ordered[0], self._ordered[-1]])
+
+    def finish(self, count: int) -> tuple[Array, Array]:
+        """The distinct rows (sorted, ``int64``) and each one's summed values."""
+        xp, values = self._xp, self._values
+        n = values.shape[0]
+        rows = xp.empty((count,), dtype=np.int64)
+        rows[self._segment] = self._ordered  # a segment's members all write the same index
+        inverse = xp.empty((n,), dtype=np.int64)
+        inverse[self._order] = self._segment
+        if count == n:
+            summed = xp.empty(values.shape, dtype=values.dtype)
+            summed[inverse] = values
+        else:
+            summed = xp.zeros((count, *values.shape[1:]), dtype=values.dtype)
+            _scatter_add(xp, summed, inverse, values)
         return rows, summed
-    xp = array_module(values)
-    n = indices.shape[0]
-    if n == 0:
-        return xp.zeros((0,), dtype=np.int64), xp.empty(values.shape, dtype=values.dtype)
-    order = xp.argsort(indices)
-    ordered = indices[order].astype(np.int64, copy=False)
-    first = xp.empty((n,), dtype=bool)
-    first[:1] = True
-    xp.not_equal(ordered[1:], ordered[:-1], out=first[1:])
-    segment = xp.cumsum(first, dtype=np.int64) - 1
-    count, low, high = (
-        int(x) for x in xp.stack([segment[-1] + 1, ordered[0], ordered[-1]]).tolist()
-    )
-    _check_extremes(low, high, n_rows, what)
-    rows = xp.empty((count,), dtype=np.int64)
-    rows[segment] = ordered  # the members of a segment all write the same index
-    inverse = xp.empty((n,), dtype=np.int64)
-    inverse[order] = segment
-    if count == n:
-        summed = xp.empty(values.shape, dtype=values.dtype)
-        summed[inverse] = values
-    else:
-        summed = xp.zeros((count, *values.shape[1:]), dtype=values.dtype)
-        _scatter_add(xp, summed, inverse, values)
-    return rows, summed
 
 
 def sum_duplicates(values: Array, indices: Array) -> tuple[Array, Array]:
@@ -202,7 +240,7 @@ def _scatter_add(xp: Any, out: Array, index: Array, values: Array) -> None:
         np.add.at(out, index, values)
         return
     add_at = getattr(xp.add, "at", None)
-    if add_at is not None:  # pragma: no cover - CuPy only
+    if add_at is not None:
         add_at(out, index, values)
     else:  # pragma: no cover - older CuPy
         import cupyx

@@ -96,7 +96,8 @@ def lookup_variable(state: TrainState, name: str, what: str) -> Array:
             f"{what}: variable {name!r} is {describe(value)}; only floating-point "
             "variables (float16, float32, float64) can be trained or averaged"
         )
-    if not value.flags.writeable:
+    # CuPy's flags have no ``writeable`` (its arrays are always writable).
+    if not is_device_array(value) and not value.flags.writeable:
         raise ValueError(
             f"{what}: variable {name!r} is a read-only array (a broadcast or a view of "
             "read-only memory); updates are in place, so store a writable copy "
