@@ -174,6 +174,11 @@ async def test_steps_without_an_optional_loss_pass_and_a_required_one_is_named()
         await run_session([hook], max_steps=3)
 
 
+async def test_the_global_step_resolves_as_in_a_fetch() -> None:
+    result = await run_session([NanTensorHook("global_step", lag=1)], max_steps=3)
+    assert result.state.global_step == 3
+
+
 @pytest.mark.parametrize("lag", [2, -1, True, "1"])
 def test_lag_is_zero_or_one(lag: Any) -> None:
     with pytest.raises(NanGuardConfigError, match="NanTensorHook: lag must be 0"):

@@ -342,6 +342,8 @@ class NanTensorHook:
         if value is _MISSING:
             if name in session.state:
                 value = session.state[name]
+            elif name == "global_step":  # as the session's fetches resolve it
+                value = np.int64(step)
             elif self._optional:
                 self._late = None
                 return None
