@@ -191,7 +191,6 @@ class Stream:
         self.is_null = null
         self.non_blocking = non_blocking
         self._queue: list[_Pending | tuple[Event, Stream]] = []
-        self._previous: list[Stream] = []
 
     # CuPy (stream.pyx): ``def record(self, event=None)``: "Records an event on the
     # stream", creating ``Event()`` when none is given, and returns it.

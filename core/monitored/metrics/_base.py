@@ -5,10 +5,10 @@ module (NumPy, or CuPy when it is given CuPy arrays: nothing leaves the device
 until :meth:`Metric.result`, :meth:`Metric.state` or :meth:`Metric.merge`, so an
 update never waits for the device). Input ranges (AUC's predictions in [0, 1],
 class ids) are checked at once on NumPy; on CuPy their bounds are kept on the
-device and checked when the sums are next read. Sums add up, so metrics updated on several workers
-combine exactly with :meth:`Metric.merge`, and :meth:`Metric.state` /
-:meth:`Metric.from_state` turn a metric into plain arrays and back (to checkpoint
-it, or to reduce it across processes).
+device and judged when the sums are next read. Sums add up, so metrics updated
+on several workers combine exactly with :meth:`Metric.merge`, and
+:meth:`Metric.state` / :meth:`Metric.from_state` turn a metric into plain arrays
+and back (to checkpoint it, or to reduce it across processes).
 """
 
 from __future__ import annotations
@@ -227,20 +227,22 @@ class Metric:
     def _check_range(self, values: Any, low: float, high: float, what: str) -> None:
         """Refuse ``values`` outside ``[low, high]`` (``what`` says what they must be).
 
-        On NumPy the check is made now. On CuPy reading the bounds would make every
-        update wait for the device, so the batch's minimum and maximum are folded
-        into bounds kept on the device, judged when the sums are next read
+        On NumPy the check is made now (the metrics inline it on their NumPy path,
+        this is the same check). On CuPy reading the bounds would make every update
+        wait for the device, so the batch's minimum and maximum are folded into
+        bounds kept on the device, judged when the sums are next read
         (:meth:`result`, :meth:`state`, :meth:`merge`). NaN fails either way.
         """
-        if not values.size:
-            return
-        if self._xp is np:
-            lo, hi = values.min().item(), values.max().item()
-            if not (lo >= low and hi <= high):
-                raise self._out_of_range(what, lo, hi, deferred=False)
-            return
         xp = self._xp
-        self._note_bounds(what, xp.stack([values.min(), values.max()]).astype(_F64), low, high)
+        if xp is np:
+            if values.size:
+                lo, hi = float(values.min()), float(values.max())
+                if not (lo >= low and hi <= high):
+                    raise self._out_of_range(what, lo, hi, deferred=False)
+            return
+        if values.size:
+            bounds = xp.stack([values.min(), values.max()]).astype(_F64)
+            self._note_bounds(what, bounds, low, high)
 
     def _note_bounds(self, what: str, bounds: Any, low: float, high: float) -> None:
         held = self._deferred.get(what)

@@ -39,6 +39,9 @@ AUC_THRESHOLD_EPSILON: Final = 1e-7
 #: TF1's ``epsilon`` in the recall, precision and rate ratios of ``auc``.
 AUC_RATIO_EPSILON: Final = 1e-6
 
+#: What AUC's predictions must be, in its range errors.
+_AUC_RANGE: Final = "predictions must be in [0, 1] (TF asserts it)"
+
 Curve = Literal["ROC", "PR"]
 Summation = Literal["trapezoidal", "careful_interpolation", "minoring", "majoring"]
 
@@ -387,7 +390,12 @@ class AUC(Metric):
         xp = self._module(predictions)
         labels, predictions = match_shapes(self, labels, predictions)
         predictions = predictions.astype(xp.float32, copy=False)
-        self._check_range(predictions, 0.0, 1.0, "predictions must be in [0, 1] (TF asserts it)")
+        if xp is not np:
+            self._check_range(predictions, 0.0, 1.0, _AUC_RANGE)
+        elif predictions.size:
+            low, high = float(predictions.min()), float(predictions.max())
+            if not (low >= 0.0 and high <= 1.0):
+                raise self._out_of_range(_AUC_RANGE, low, high, deferred=False)
         thresholds = self._thresholds if xp is np else xp.asarray(self._thresholds)
         # How many thresholds lie strictly below each prediction: prediction > t[i]
         # exactly for i below that bucket.
@@ -494,10 +502,17 @@ def _class_ids(metric: Metric, which: str, ids: Any, num_classes: int, xp: Any) 
     flat = ids.reshape(-1)
     if flat.size and flat.dtype.kind not in "iu":  # floats truncate, as TF casts them
         flat = flat.astype(xp.int64)
-    metric._check_range(
-        flat, 0, num_classes - 1, f"{which} must be class ids in [0, {num_classes})"
-    )
+    if xp is not np:
+        metric._check_range(flat, 0, num_classes - 1, _ids_range(which, num_classes))
+    elif flat.size:
+        low, high = int(flat.min()), int(flat.max())
+        if low < 0 or high >= num_classes:
+            raise metric._out_of_range(_ids_range(which, num_classes), low, high, deferred=False)
     return flat.astype(xp.int64, copy=False)
+
+
+def _ids_range(which: str, num_classes: int) -> str:
+    return f"{which} must be class ids in [0, {num_classes})"
 
 
 def _check_num_classes(name: str | None, kind: str, num_classes: int) -> int:
