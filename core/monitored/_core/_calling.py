@@ -41,6 +41,19 @@ class HookCall:
             else _adapt(impl.function, impl.argnames, _SPEC_ARGS[hook])
         )
 
+    def delegated(self, function: Callable[..., Any]) -> HookCall:
+        """This implementation's place in the call order, calling ``function`` instead.
+
+        ``function`` takes the spec's arguments in order (a hook object's method).
+        """
+        call = object.__new__(HookCall)
+        call.hook = self.hook
+        call.info = self.info
+        call.plugin_index = self.plugin_index
+        call.is_async = inspect.iscoroutinefunction(function)
+        call.call = function
+        return call
+
     def __repr__(self) -> str:
         return f"<HookCall {self.hook} of {self.info.name}>"
 

@@ -15,7 +15,12 @@ while the requests stay the same (TF1 caches its fetch handlers the same way):
 - a :class:`StepPlan` merges the plans of one step: the distinct names, who
   requires each (for the error message), and one generated function that builds
   every hook's :class:`~monitored.SessionRunValues` from the flat list of host
-  values in a single expression.
+  values in a single expression;
+- for the steady state of a loop (the same hooks asking for the same structures,
+  every value on the host), a step plan also generates its **fast path**: one
+  straight-line function that checks the requests against the plans, looks up
+  and copies each name and builds every answer, at about the cost of the same
+  work written by hand (``benchmarks/overhead.py``, the hand-written row).
 
 Host values are copies (a hook must not see an array change under it after the
 step), made once per name per step, however many hooks ask for it. Values asked
@@ -186,6 +191,10 @@ class FetchPlan:
             "are names of step outputs or state entries, in lists, tuples or dicts"
         )
 
+    def tree_kind(self) -> str:
+        """``"leaf"`` for a single name, else the kind of the top container."""
+        return "leaf" if isinstance(self.tree, int) else str(self.tree[0])
+
     def matches(self, fetches: Any, lag: int) -> bool:
         """Whether ``fetches`` (with ``lag``) is the structure this plan was made for.
 
@@ -204,12 +213,17 @@ class FetchPlan:
             return False
 
 
-def _source(tree: _Tree, slots: Sequence[int], namespace: dict[str, Any]) -> str:
-    """A Python expression rebuilding ``tree`` from ``v``, the step's host values."""
+def _source(
+    tree: _Tree, slots: Sequence[int], namespace: dict[str, Any], ref: str = "v[{}]"
+) -> str:
+    """A Python expression rebuilding ``tree`` from ``v``, the step's host values.
+
+    ``ref`` spells the value of a slot (``x{}``: one local variable per slot).
+    """
     if isinstance(tree, int):
-        return f"v[{slots[tree]}]"
+        return ref.format(slots[tree])
     kind, children, extra = tree
-    parts = [_source(child, slots, namespace) for child in children]
+    parts = [_source(child, slots, namespace, ref) for child in children]
     if kind == "dict":
         items = []
         for key, part in zip(extra, parts, strict=True):
@@ -244,6 +258,10 @@ def _rebuild(tree: _Tree, slots: Sequence[int], v: Sequence[Any]) -> Any:
 
 
 _Assemble = Callable[[list[Any]], dict[int, SessionRunValues]]
+_Fast = Callable[
+    [Sequence[tuple["HookCall", "SessionRunArgs"]], Mapping[str, Any], TrainState],
+    dict[int, SessionRunValues] | None,
+]
 
 
 def _assembler(plans: Sequence[tuple[FetchPlan, list[int]]]) -> _Assemble | None:
@@ -276,11 +294,102 @@ _MISSING: Final = object()
 #: (immutable: handed over as it is), 2 a CuPy array (transferred), 3 anything else
 #: (converted by ``numpy.array``, which copies).
 _HOW: dict[type, int] = {np.ndarray: 0}
+#: The types of kind 1 and 3, as sets (for the fast path).
+_KEEP: set[type] = set()
+_CONVERT: set[type] = set()
+
+
+def _fast_path(
+    plans: Sequence[tuple[FetchPlan, list[int]]], names: Sequence[str], required: Sequence[bool]
+) -> _Fast | None:
+    """A generated function answering a step whose requests are those of ``plans``.
+
+    It checks that each request (plugin index, lag, structure) is the one its plan
+    was made for, resolves every name as :meth:`StepPlan.collect` does (one lookup,
+    one copy per name), and builds every answer, without a loop or a call per hook
+    or per name. It returns ``None`` as soon as anything differs (another request,
+    a missing required name, a device value or a type not seen yet): the general
+    path then answers the step. ``None`` here: too deep a structure to generate.
+    """
+    if any(plan.depth > _MAX_GENERATED_DEPTH for plan, _ in plans):
+        return None
+    namespace: dict[str, Any] = {
+        "_new": tuple.__new__,
+        "_SRV": SessionRunValues,
+        "_M": _MISSING,
+        "_KEEP": _KEEP,
+        "_CONVERT": _CONVERT,
+        "_ndarray": np.ndarray,
+        "_array": np.array,
+        "_int64": np.int64,
+    }
+    pairs = ", ".join(f"(c{i}, a{i})" for i in range(len(plans)))
+    lines = [
+        "def fast(requests, outputs, state):",
+        f"    if len(requests) != {len(plans)}:",
+        "        return None",
+        "    try:",
+        f"        {pairs}, = requests",
+    ]
+    for i, (plan, _) in enumerate(plans):
+        namespace[f"_K{i}"], namespace[f"_S{i}"] = plan.kind, plan.snapshot
+        # Equal lists and dicts rebuild alike whatever their type; a tuple may be a
+        # namedtuple, which compares equal to a plain one but is rebuilt as itself.
+        same = f"f == _S{i}" if plan.tree_kind() != "tuple" else f"type(f) is _K{i} and f == _S{i}"
+        if plan.constant:
+            namespace[f"_R{i}"] = plan.source
+            same = f"f is _R{i} or ({same})"
+        lines += [
+            f"        if c{i}.plugin_index != {plan.index} or a{i}.lag != {plan.lag}:",
+            "            return None",
+            f"        f = a{i}.fetches",
+            f"        if not ({same}):",
+            "            return None",
+        ]
+    lines += [
+        "    except Exception:  # a structure changed into one that compares oddly",
+        "        return None",
+        "    get = outputs.get",
+        "    arrays = state._arrays",
+    ]
+    for j, (name, is_required) in enumerate(zip(names, required, strict=True)):
+        if name == GLOBAL_STEP:
+            absent = "x = _int64(state.global_step)"
+        else:
+            absent = "return None" if is_required else "x = None"
+        lines += [
+            f"    x{j} = get({name!r}, _M)",
+            f"    if x{j} is _M:",
+            f"        x{j} = arrays.get({name!r}, _M)",
+            f"    t = type(x{j})",
+            "    if t in _KEEP:",
+            "        pass",
+            "    elif t is _ndarray:",
+            f"        x{j} = x{j}.copy()",
+            f"    elif x{j} is _M:",
+            f"        {absent.replace('x =', f'x{j} =')}",
+            "    elif t in _CONVERT:",
+            f"        x{j} = _array(x{j})",
+            "    else:",
+            "        return None",
+        ]
+    entries = [
+        f"{plan.index}: _new(_SRV, ({_source(plan.tree, slots, namespace, 'x{}')}, None, None))"
+        for plan, slots in plans
+    ]
+    lines.append("    return {" + ", ".join(entries) + "}")
+    exec(compile("\n".join(lines) + "\n", "<monitored fetch fast path>", "exec"), namespace)
+    fast: _Fast = namespace["fast"]
+    return fast
 
 
 def _how(kind: type, value: Any) -> int:
     how = 1 if isinstance(value, np.generic) else 2 if is_device_array(value) else 3
     _HOW[kind] = how
+    if how == 1:
+        _KEEP.add(kind)
+    elif how == 3:
+        _CONVERT.add(kind)
     return how
 
 
@@ -291,7 +400,16 @@ class StepPlan:
     Reused for as long as the same hooks bring the same plans, in the same order.
     """
 
-    __slots__ = ("_required_by", "late", "late_only", "names", "now", "plans", "required")
+    __slots__ = (
+        "_required_by",
+        "fast",
+        "late",
+        "late_only",
+        "names",
+        "now",
+        "plans",
+        "required",
+    )
 
     def __init__(self, plans: Sequence[FetchPlan]) -> None:
         self.plans = list(plans)
@@ -321,6 +439,10 @@ class StepPlan:
         self.late_only: tuple[bool, ...] = tuple(not w for w in wanted_now)
         self.now = _assembler(now)
         self.late = _assembler(late)
+        #: The step answered in one generated function (no late hooks): see _fast_path.
+        self.fast: _Fast | None = (
+            _fast_path(now, self.names, self.required) if now and not late else None
+        )
 
     def collect(
         self, outputs: Mapping[str, Any], state: TrainState
@@ -367,6 +489,7 @@ class StepPlan:
                 append(value)
         if device is None:
             return v, None
+        self.fast = None  # it leaves device values to this path: no more attempts
         now = [i for i in device if not self.late_only[i]]
         late = [i for i in device if self.late_only[i]]
         if now:
@@ -421,6 +544,11 @@ class Fetcher:
         answers = _NO_ANSWERS
         pending = None
         if requests:
+            step_plan = self._step_plan
+            if step_plan is not None and step_plan.fast is not None and self.pending is None:
+                fast = step_plan.fast(requests, outputs, state)
+                if fast is not None:
+                    return fast
             cache = self._plans
             plans = []
             for call, asked in requests:
@@ -434,7 +562,6 @@ class Fetcher:
                         fetches, call.info.describe, call.plugin_index, asked.lag
                     )
                 plans.append(plan)
-            step_plan = self._step_plan
             if step_plan is None or plans != self._last:
                 step_plan = self._step_plan = StepPlan(plans)
                 self._last = plans

@@ -3,7 +3,9 @@
 Off until a ``monitor`` is set (``plugin_options={"early_stopping": {"monitor":
 "loss", "patience": 5}}`` or ``MONITORED_PLUGIN_OPTIONS="early_stopping.monitor=loss"``),
 so that installing it changes nothing by itself. Module functions delegate to
-one :class:`EarlyStoppingHook` per session. ``training_only``: evaluation
+one :class:`EarlyStoppingHook` per session, whose ``before_run`` and
+``after_run`` the session calls directly (none at all while it is off).
+``training_only``: evaluation
 sessions (whose steps return no training outputs) do not load it; they report
 their results to the training session, where it hears them.
 """
@@ -64,6 +66,8 @@ def declare_options() -> list[monitored.Option]:
 def begin(session: MonitoredSession) -> None:
     options = session.options_for("early_stopping")
     if not options["monitor"]:
+        # Off: nothing to do at any step, so no call at any step.
+        session.delegate_step_hooks("early_stopping", None)
         return
     hook = EarlyStoppingHook(
         options["monitor"],
@@ -79,6 +83,7 @@ def begin(session: MonitoredSession) -> None:
     key = id(session)
     _hooks[key] = hook
     weakref.finalize(session, _hooks.pop, key, None)
+    session.delegate_step_hooks("early_stopping", hook)
 
 
 def after_create_session(session: MonitoredSession, coord: Coordinator) -> None:

@@ -1,8 +1,11 @@
 """``NanTensorHook``: TF1's NaN guard, with state scans, spike detection and rollback.
 
-Per step the hook adds one name to the session's batched fetch (the loss comes
-back with every other hook's values in the step's one host transfer, so on a
-GPU it adds no device synchronization of its own) and a few float comparisons.
+With ``lag=0`` (TF1's hook) each step's loss is checked in that step: one name
+in the session's batched fetch, which comes back with every other hook's values
+in the step's one host transfer (on a GPU, that transfer waits for the step).
+With ``lag=1`` (the installed plugin) nothing waits for the device: a loss on a
+device is fetched one step late (its copy overlaps the next step) and checked
+then; a loss on the host is read in ``after_run`` itself, with no fetch at all.
 A state scan, when due, reduces every floating array on its device to a count
 of non-finite elements and moves all counts to the host in one transfer.
 """
@@ -24,7 +27,7 @@ import anyio.to_thread
 import numpy as np
 
 import monitored
-from monitored import SessionRunArgs, is_device_array, to_host
+from monitored import FetchError, OptionalFetch, SessionRunArgs, is_device_array, to_host
 
 from ._errors import (
     LossSpikeError,
@@ -51,6 +54,14 @@ DIVERGED: Final = "Model diverged with loss = NaN."
 NAN_LOSS: Final = "NaN loss during training."
 
 _STEP_SUFFIX: Final = re.compile(r"-(\d+)$")
+
+_MISSING: Final = object()
+
+#: Whether values of a type live on a device, by type (decided once per type).
+_ON_DEVICE: dict[type, bool] = {}
+
+#: Host scalar types whose ``float()`` is the value itself: the cheapest path.
+_HOST_FLOATS: Final = frozenset({float, np.float16, np.float32, np.float64})
 
 
 @final
@@ -134,6 +145,11 @@ class NanTensorHook:
             from before a spike and skip the data around it).
         on_rollback: called (sync or async) with each :class:`Rollback`, to tell
             the input pipeline which steps' batches to skip.
+        lag: 0 checks each step's loss in that step (TF1; on a GPU the step's
+            fetch then waits for the device); 1 never makes a step wait: a loss on
+            a device is checked one step late, its copy overlapping the next step
+            (a failure still names the step whose loss it was), a loss on the host
+            at once. The installed plugin uses 1.
         spike_k: a finite loss more than ``spike_k`` standard deviations above
             the mean of the last ``spike_window`` losses is a failure (``None``: off).
         spike_window: the running window's length.
@@ -161,6 +177,7 @@ class NanTensorHook:
         spike_k: float | None = None,
         spike_window: int = 100,
         spike_min_samples: int = 20,
+        lag: Literal[0, 1] = 0,
     ) -> None:
         where = "NanTensorHook"
         if not isinstance(loss_tensor, str) or not loss_tensor:
@@ -180,6 +197,11 @@ class NanTensorHook:
                 raise NanGuardConfigError(
                     f"{where}: {name} must be an integer >= {low}, got {value!r}"
                 )
+        if isinstance(lag, bool) or lag not in (0, 1):
+            raise NanGuardConfigError(
+                f"{where}: lag must be 0 (check each loss in its step) or 1 (a device's loss "
+                f"one step late, without waiting for it), got {lag!r}"
+            )
         if spike_k is not None and not (isinstance(spike_k, int | float) and spike_k > 0):
             raise NanGuardConfigError(
                 f"{where}: spike_k must be a positive number, got {spike_k!r}"
@@ -198,6 +220,24 @@ class NanTensorHook:
         self._sum = 0.0
         self._sum_sq = 0.0
         self._args = SessionRunArgs(loss_tensor)
+        self.lag: Literal[0, 1] = lag
+        self._name = str(loss_tensor)
+        self._optional = isinstance(loss_tensor, OptionalFetch)
+        self._late_args = SessionRunArgs(loss_tensor, lag=1)
+        #: Whether a finite loss still needs judging (infinities, spikes).
+        self._strict = fail_on_inf or spike_k is not None
+        #: lag=1: what ``before_run`` asks for. The value one step late while it lives
+        #: on a device (and until the first step shows where it lives); ``None`` while
+        #: it is a host value, read in ``after_run`` without a fetch.
+        self._late: SessionRunArgs | None = self._late_args
+        #: lag=1: set by ``before_run``, so that ``after_run`` tells a step from the
+        #: extra call that delivers the last step's values when the session stops.
+        self._fresh = False
+        #: lag=1: the global step whose device value the pending fetch brings, if any.
+        self._in_flight: int | None = None
+        #: Whether a step without the (optional) output has nothing to watch: no
+        #: state entry of that name (entries are fixed once the session is created).
+        self._absent = False
         self._next_scan: int | None = None
         #: Every failure detected so far (also those that only stopped or rolled back).
         self.failures: list[Failure] = []
@@ -207,6 +247,7 @@ class NanTensorHook:
 
     # -- hooks ----------------------------------------------------------------------------------
     def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
+        self._absent = self._optional and self._name not in session.state
         if self.check_state_every_n_steps:
             self._next_scan = session.state.global_step + self.check_state_every_n_steps
         if self.on_nan == "rollback":
@@ -220,31 +261,57 @@ class NanTensorHook:
                 )
             _checkpoint_module()  # fail now, not at the first divergence
 
-    def before_run(self, run_context: SessionRunContext) -> SessionRunArgs:
+    def before_run(self, run_context: SessionRunContext) -> SessionRunArgs | None:
+        if self.lag:
+            self._fresh = True
+            return self._late
         return self._args
 
     @monitored.hookimpl(tryfirst=True)
     def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> Any:
         # Sync on purpose: a healthy step returns at once, creating no coroutine.
         # tryfirst: a failure is handled before a checkpoint saver saves the step.
+        if self.lag and self._fresh and self._in_flight is None and self._next_scan is None:
+            # The common step of the installed guard, at its cheapest: a finite host
+            # loss, nothing on its way from a device, no state scans.
+            current = run_context.session.last_outputs.get(self._name, _MISSING)
+            if (type(current) in _HOST_FLOATS and current == current and not self._strict) or (
+                current is _MISSING and self._absent
+            ):
+                self._fresh = False
+                self._late = None
+                return None
+        return self._after_run(run_context, run_values)
+
+    def _after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> Any:
         value = run_values.results
-        state = run_context.session.state
+        session = run_context.session
+        state = session.state
         step = state.global_step
         failure = None
-        if value is not None:
-            loss = self._scalar(value, step)
-            if loss != loss:
-                failure = Failure("nan", step, loss)
-            elif self.fail_on_inf and (loss == math.inf or loss == -math.inf):
-                failure = Failure("inf", step, loss)
-            elif self.spike_k is not None and loss != math.inf and loss != -math.inf:
-                failure = self._note_loss(loss, step)
+        fresh = True
+        if self.lag:
+            arrived, self._in_flight = self._in_flight, None
+            if value is not None and arrived is not None:
+                failure = self._check(value, arrived)
+            fresh, self._fresh = self._fresh, False
+            if fresh and failure is None:
+                current = session.last_outputs.get(self._name, _MISSING)
+                if type(current) in _HOST_FLOATS:  # the common case, inlined
+                    self._late = None
+                    if current != current or self._strict:
+                        failure = self._check(current, step)
+                else:
+                    failure = self._check_current(session, step, current)
+        elif value is not None:
+            failure = self._check(value, step)
         next_scan = self._next_scan
-        if failure is None and next_scan is not None and step >= next_scan:
+        if fresh and failure is None and next_scan is not None and step >= next_scan:
             self._next_scan = step + self.check_state_every_n_steps
             failure = scan_state(state, step)
         if failure is None:
             return None
+        self._in_flight = None  # a later step's value, still on its way: not judged
         return self._handle(run_context, failure)
 
     def plugin_state(self) -> dict[str, Any]:
@@ -256,6 +323,53 @@ class NanTensorHook:
         self._rollback_count = int(state.get("rollbacks", 0))
 
     # -- checks ---------------------------------------------------------------------------------
+    def _check(self, value: Any, step: int) -> Failure | None:
+        """The failure that ``value``, the host value of ``step``'s loss, shows, if any."""
+        loss = self._scalar(value, step)
+        if loss != loss:
+            return Failure("nan", step, loss)
+        if self.fail_on_inf and (loss == math.inf or loss == -math.inf):
+            return Failure("inf", step, loss)
+        if self.spike_k is not None and loss != math.inf and loss != -math.inf:
+            return self._note_loss(loss, step)
+        return None
+
+    def _check_current(self, session: MonitoredSession, step: int, value: Any) -> Failure | None:
+        """lag=1: judge this step's ``value`` if on the host; else note it is on its way.
+
+        A device value was asked for in this step's ``before_run`` (it arrives at the
+        next step), unless the value was on the host (or missing) until now: then it
+        is read at once, this one time, and asked for one step late from then on.
+        """
+        name = self._name
+        if value is _MISSING:
+            if name in session.state:
+                value = session.state[name]
+            elif name == "global_step":  # as the session's fetches resolve it
+                value = np.int64(step)
+            elif self._optional:
+                self._late = None
+                return None
+            else:
+                raise FetchError(
+                    f"NanTensorHook: loss_tensor {name!r} is neither an output of step {step} "
+                    f"({sorted(session.last_outputs)}) nor a state entry "
+                    f"({sorted(session.state)}); monitored.optional({name!r}) accepts steps "
+                    "without it"
+                )
+        kind = type(value)
+        on_device = _ON_DEVICE.get(kind)
+        if on_device is None:
+            on_device = _ON_DEVICE[kind] = is_device_array(value)
+        if not on_device:
+            self._late = None
+            return self._check(value, step)
+        if self._late is None:
+            self._late = self._late_args
+            return self._check(to_host([value])[0], step)
+        self._in_flight = step
+        return None
+
     def _scalar(self, value: Any, step: int) -> float:
         if getattr(value, "ndim", 0):
             if value.size != 1:

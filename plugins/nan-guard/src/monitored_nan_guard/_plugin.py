@@ -1,9 +1,13 @@
 """The ``nan_guard`` entry point: a :class:`NanTensorHook` in every session, installed.
 
 It watches ``monitored.optional("loss")`` by default, so scripts whose steps
-return no ``loss`` are not disturbed. Options (``plugin_options={"nan_guard":
-{...}}`` or ``MONITORED_PLUGIN_OPTIONS="nan_guard.on_nan=stop"``) set what the
-hook's arguments set. One guard per session; module functions delegate to it.
+return no ``loss`` are not disturbed, and checks it with ``lag=1``: a loss on a
+device one step late, never making a step wait for the device (``lag`` option).
+Options (``plugin_options={"nan_guard": {...}}`` or
+``MONITORED_PLUGIN_OPTIONS="nan_guard.on_nan=stop"``) set what the hook's
+arguments set. One guard per session, whose ``before_run`` and ``after_run`` the
+session calls directly (``delegate_step_hooks``); the other module functions
+delegate to it.
 ``training_only``: evaluation sessions, which train nothing, do not load it.
 """
 
@@ -52,6 +56,9 @@ def declare_options() -> list[monitored.Option]:
         monitored.Option("skip_extra_steps", 0, "batches skipped after the failing step"),
         monitored.Option("spike_k", 0.0, "a loss this many std above its window fails (0: off)"),
         monitored.Option("spike_window", 100, "losses in the spike detector's window"),
+        monitored.Option(
+            "lag", 1, "1: a device's loss checked one step late, never waited for; 0: same step"
+        ),
     ]
 
 
@@ -66,18 +73,21 @@ def begin(session: MonitoredSession) -> None:
         skip_extra_steps=options["skip_extra_steps"],
         spike_k=options["spike_k"] or None,
         spike_window=options["spike_window"],
+        lag=options["lag"],
     )
     key = id(session)
     _guards[key] = guard
     weakref.finalize(session, _guards.pop, key, None)
+    # The session calls the guard's before_run and after_run directly: one call each.
+    session.delegate_step_hooks("nan_guard", guard)
 
 
 def after_create_session(session: MonitoredSession, coord: Coordinator) -> None:
     _guards[id(session)].after_create_session(session, coord)
 
 
-def before_run(run_context: SessionRunContext) -> monitored.SessionRunArgs:
-    return _guards[id(run_context.session)]._args
+def before_run(run_context: SessionRunContext) -> monitored.SessionRunArgs | None:
+    return _guards[id(run_context.session)].before_run(run_context)
 
 
 @monitored.hookimpl(tryfirst=True)

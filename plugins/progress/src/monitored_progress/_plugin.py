@@ -58,6 +58,7 @@ def declare_options() -> list[monitored.Option]:
 
 def begin(session: MonitoredSession) -> None:
     if not progress_enabled():
+        session.delegate_step_hooks("progress", None)  # off: no call at any step
         return
     options = session.options_for("progress")
     hook = ProgressHook(
@@ -70,6 +71,8 @@ def begin(session: MonitoredSession) -> None:
     key = id(session)
     _hooks[key] = hook
     weakref.finalize(session, _hooks.pop, key, None)
+    # The session calls the hook's before_run (one clock check) and after_run directly.
+    session.delegate_step_hooks("progress", hook)
 
 
 def after_create_session(session: MonitoredSession, coord: Coordinator) -> None:
