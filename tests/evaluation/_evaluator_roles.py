@@ -50,7 +50,7 @@ def copier(source: str, target: str, mode: str, done: str) -> None:
 
     ``rsync`` mode copies each file whole under a temporary name and renames it
     into place (a manifest lands before its data file); ``inplace`` writes each
-    file where it goes, in small pieces (``cp``). Files gone from ``source`` are
+    file where it goes, in small pieces, slowly (``cp`` over a slow link). Files gone from ``source`` are
     removed from ``target`` after each pass (``rsync --delete``).
     """
     copied: dict[str, tuple[int, int]] = {}
@@ -89,6 +89,7 @@ def _copy(data: bytes, path: str, mode: str) -> None:
         for start in range(0, len(data), 1 << 16):
             file.write(data[start : start + (1 << 16)])
             file.flush()
+            time.sleep(0.002)  # a slow link: the file is seen half written for a while
 
 
 def eval_step(state: monitored.TrainState, metrics: dict[str, m.Metric]) -> None:
@@ -102,11 +103,16 @@ def _metrics() -> dict[str, m.Metric]:
     return {"w": m.Mean(), "spread": m.Mean()}
 
 
-def evaluator(directory: str, how: str, timeout: float, ready: str, out: str) -> None:
+def evaluator(
+    directory: str, how: str, timeout: float, template: int, ready: str, out: str
+) -> None:
     """Follow ``directory`` (``evaluate_repeatedly`` or ``Experiment.continuous_eval``).
 
-    Writes each result (step, ``w``, spread, path) to ``out`` as JSON; any
-    exception ends the process with its traceback.
+    With a ``template`` size, each checkpoint is restored into a state that
+    has ``w`` already: in place, after a first pass verified the whole file,
+    so a rotation has that pass's whole time to delete the file. Writes each
+    result (step, ``w``, spread, path) to ``out`` as JSON; any exception ends
+    the process with its traceback.
     """
     from monitored.evaluation import Experiment, evaluate_repeatedly
 
@@ -118,6 +124,9 @@ def evaluator(directory: str, how: str, timeout: float, ready: str, out: str) ->
             return await evaluate_repeatedly(
                 directory, eval_step, _metrics(), eval_interval_secs=0, timeout=timeout,
                 poll_secs=0.005, summary_dir=None,
+                state_fn=(lambda: monitored.TrainState({"w": np.zeros(template)}))
+                if template
+                else None,
             )
         experiment = Experiment(
             lambda state: None, eval_step, _metrics(), model_dir=directory,

@@ -66,7 +66,9 @@ def _check(results: list[list[Any]], last_step: int, evaluator_log: str) -> None
     assert steps[-1] == last_step, f"the final checkpoint {last_step} was not evaluated: {steps}"
 
 
-def _race(tmp_path: Path, *, size: int, how: str, copy: str | None) -> tuple[int, int, str]:
+def _race(
+    tmp_path: Path, *, size: int, how: str, copy: str | None, template: bool = False
+) -> tuple[int, int, str]:
     """One trial; returns (checkpoints saved, evaluations, the evaluator's log)."""
     written = tmp_path / "written"
     followed = tmp_path / "copy" if copy else written
@@ -80,6 +82,7 @@ def _race(tmp_path: Path, *, size: int, how: str, copy: str | None) -> tuple[int
         directory=str(followed),
         how=how,
         timeout=QUIET,
+        template=size if template else 0,
         ready=str(ready),
         out=str(out),
     )
@@ -119,25 +122,33 @@ def _race(tmp_path: Path, *, size: int, how: str, copy: str | None) -> tuple[int
 
 
 @pytest.mark.parametrize(
-    ("size", "how"), [(16, "repeatedly"), (1 << 20, "repeatedly"), (16, "continuous")]
+    ("size", "how", "template"),
+    [(16, "repeatedly", False), (1 << 20, "repeatedly", True), (16, "continuous", False)],
 )
 def test_an_evaluator_survives_a_trainer_rotating_every_step(
-    tmp_path: Path, size: int, how: str
+    tmp_path: Path, size: int, how: str, template: bool
 ) -> None:
     # max_to_keep=1 and a save every step: each checkpoint is deleted as the next lands,
-    # often while the evaluator is reading it (1 << 20 float64: an 8 MB state).
+    # often while the evaluator is reading it (1 << 20 float64: an 8 MB state, restored
+    # in place after a verifying pass, which gives the rotation time to strike).
     for trial in range(TRIALS):
-        saved, evaluated, log = _race(tmp_path / str(trial), size=size, how=how, copy=None)
+        saved, evaluated, log = _race(
+            tmp_path / str(trial), size=size, how=how, copy=None, template=template
+        )
         print(f"trial {trial}: {saved} saved, {evaluated} evaluated, {log.count('skipping')} skipped")
 
 
-@pytest.mark.parametrize("copy", ["rsync", "inplace"])
-def test_an_evaluator_never_evaluates_a_half_copied_checkpoint(tmp_path: Path, copy: str) -> None:
+@pytest.mark.parametrize(
+    ("copy", "how", "size"), [("rsync", "repeatedly", 1 << 20), ("inplace", "continuous", 1 << 19)]
+)
+def test_an_evaluator_never_evaluates_a_half_copied_checkpoint(
+    tmp_path: Path, copy: str, how: str, size: int
+) -> None:
     # A copier brings the directory over file by file, in name order: the state file
     # first, then each manifest before its data file (whole files renamed into place
     # with rsync; written in place, piece by piece, with inplace).
     for trial in range(TRIALS):
-        saved, evaluated, log = _race(tmp_path / str(trial), size=4096, how="continuous", copy=copy)
+        saved, evaluated, log = _race(tmp_path / str(trial), size=size, how=how, copy=copy)
         print(f"trial {trial}: {saved} saved, {evaluated} evaluated, {log.count('skipping')} skipped")
 
 
