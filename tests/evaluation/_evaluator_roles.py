@@ -119,25 +119,37 @@ def evaluator(
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     async def follow() -> list[Any]:
-        Path(ready).touch()
         if how == "repeatedly":
             return await evaluate_repeatedly(
-                directory, eval_step, _metrics(), eval_interval_secs=0, timeout=timeout,
-                poll_secs=0.005, summary_dir=None,
+                directory,
+                eval_step,
+                _metrics(),
+                eval_interval_secs=0,
+                timeout=timeout,
+                poll_secs=0.005,
+                summary_dir=None,
                 state_fn=(lambda: monitored.TrainState({"w": np.zeros(template)}))
                 if template
                 else None,
             )
         experiment = Experiment(
-            lambda state: None, eval_step, _metrics(), model_dir=directory,
-            continuous_eval_throttle_secs=0, log_step_count_steps=None,
+            lambda state: None,
+            eval_step,
+            _metrics(),
+            model_dir=directory,
+            continuous_eval_throttle_secs=0,
+            log_step_count_steps=None,
         )
         return await experiment.continuous_eval(delay_secs=0, timeout=timeout)
 
+    Path(ready).touch()  # the trainer starts now: the evaluator follows from its first save
     results = anyio.run(follow)
     Path(out).write_text(
         json.dumps(
-            [[r.global_step, r.metrics["w"], r.metrics["spread"], r.checkpoint_path] for r in results]
+            [
+                [r.global_step, r.metrics["w"], r.metrics["spread"], r.checkpoint_path]
+                for r in results
+            ]
         )
     )
 
@@ -154,10 +166,15 @@ def read_only(directory: str, out: str) -> None:
             directory, eval_step, _metrics(), eval_interval_secs=0, timeout=0.1, poll_secs=0.05
         )
         experiment = Experiment(
-            lambda state: None, eval_step, _metrics(), model_dir=directory,
+            lambda state: None,
+            eval_step,
+            _metrics(),
+            model_dir=directory,
             log_step_count_steps=None,
         )
-        followed = await experiment.continuous_eval(delay_secs=0, timeout=0.1)
+        followed = await experiment.continuous_eval(
+            delay_secs=0, throttle_delay_secs=0, timeout=0.1
+        )
         evaluated = await experiment.evaluate(delay_secs=0)
         return [r.global_step for r in (once, *repeated, *followed, evaluated)]
 

@@ -22,8 +22,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
+import monitored
 from monitored._core._plugins import installed_plugin_names
 from monitored_checkpoint import Saver
 
@@ -135,7 +137,9 @@ def test_an_evaluator_survives_a_trainer_rotating_every_step(
         saved, evaluated, log = _race(
             tmp_path / str(trial), size=size, how=how, copy=None, template=template
         )
-        print(f"trial {trial}: {saved} saved, {evaluated} evaluated, {log.count('skipping')} skipped")
+        print(
+            f"trial {trial}: {saved} saved, {evaluated} evaluated, {log.count('skipping')} skipped"
+        )
 
 
 @pytest.mark.parametrize(
@@ -149,13 +153,12 @@ def test_an_evaluator_never_evaluates_a_half_copied_checkpoint(
     # with rsync; written in place, piece by piece, with inplace).
     for trial in range(TRIALS):
         saved, evaluated, log = _race(tmp_path / str(trial), size=size, how=how, copy=copy)
-        print(f"trial {trial}: {saved} saved, {evaluated} evaluated, {log.count('skipping')} skipped")
+        print(
+            f"trial {trial}: {saved} saved, {evaluated} evaluated, {log.count('skipping')} skipped"
+        )
 
 
 def test_an_evaluator_that_may_only_read_the_model_directory_works(tmp_path: Path) -> None:
-    import monitored
-    import numpy as np
-
     model = tmp_path / "model"
     Saver().save(monitored.TrainState({"w": np.full(3, 7.0)}, global_step=7), f"{model}/model.ckpt")
     env = {  # the summaries plugin loaded, as an evaluator has it
@@ -165,12 +168,29 @@ def test_an_evaluator_that_may_only_read_the_model_directory_works(tmp_path: Pat
         ),
     }
     out, log = tmp_path / "out.json", tmp_path / "evaluator.log"
-    command = [sys.executable, ROLES, "read_only", json.dumps({"directory": str(model), "out": str(out)})]
+    command = [
+        sys.executable,
+        ROLES,
+        "read_only",
+        json.dumps({"directory": str(model), "out": str(out)}),
+    ]
     if os.geteuid() == 0:  # root writes anywhere: a read-only mount, private to the evaluator
         if shutil.which("unshare") is None:
             pytest.skip("needs unshare(1) to mount the directory read-only as root")
         mount = 'mount --bind -o ro "$1" "$1" && shift && exec "$@"'
-        command = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", mount, "sh", str(model), *command]
+        command = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            mount,
+            "sh",
+            str(model),
+            *command,
+        ]
     else:
         model.chmod(0o555)
     try:

@@ -649,7 +649,9 @@ async def _evaluate_arriving(
     except _Unusable as exc:
         if isinstance(exc.error, checkpoint.CheckpointNotFoundError):
             return exc
-        log.info("Checkpoint %s is not readable (%s); trying it again in %g s", path, exc.error, wait)
+        log.info(
+            "Checkpoint %s is not readable (%s); trying it again in %g s", path, exc.error, wait
+        )
     await anyio.sleep(wait)
     try:
         return await evaluate(path)
