@@ -293,16 +293,15 @@ def _complete_names(store: Store, names: Sequence[str]) -> list[str]:
     done, or a stray file. So a directory flooded with junk manifests costs one
     listing, not one read per file.
     """
-    present = set(names)
-    complete = []
-    for file in names:
-        if not file.endswith(MANIFEST_SUFFIX) or file.startswith("."):
-            continue
-        name = file[: -len(MANIFEST_SUFFIX)]
-        step = step_of(name)
-        if step is not None and name + DATA_SUFFIX in present:
-            complete.append((step, name))
-    ordered = [name for _, name in sorted(complete, reverse=True)]
+    manifests = {
+        file[: -len(MANIFEST_SUFFIX)]
+        for file in names
+        if file.endswith(MANIFEST_SUFFIX) and not file.startswith(".")
+    }
+    data = {file[: -len(DATA_SUFFIX)] for file in names if file.endswith(DATA_SUFFIX)}
+    steps = ((step_of(name), name) for name in manifests & data)
+    complete = sorted(((step, name) for step, name in steps if step is not None), reverse=True)
+    ordered = [name for _, name in complete]
     try:
         state = _read_state(store, names)
     except (ValueError, UnicodeDecodeError):
@@ -959,7 +958,7 @@ class CheckpointsIterator:
         present = set(names)
         for gone in [n for n in self._rejected if n + MANIFEST_SUFFIX not in present]:
             del self._rejected[gone]
-        self._warned &= {n[: -len(MANIFEST_SUFFIX)] for n in present}
+        self._warned = {n for n in self._warned if n + MANIFEST_SUFFIX in present}
         last_step = step_of(split_save_path(self._last)[1]) if self._last is not None else None
         for index, name in enumerate(_complete_names(store, names)):
             path = store.path(name)
