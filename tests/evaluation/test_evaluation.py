@@ -389,6 +389,21 @@ async def test_evaluate_once_of_a_directory_evaluates_the_newest_that_restores(
         await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
 
 
+async def test_a_checkpoint_named_by_path_is_not_skipped_but_fails_naming_it(
+    tmp_path: Path,
+) -> None:
+    from monitored_checkpoint import CheckpointNotFoundError, CorruptCheckpointError
+
+    path = _save(tmp_path, 2.0, 1)
+    _flip_last_byte(_files(tmp_path, 1)[1])
+    with pytest.raises(CorruptCheckpointError, match="checksum mismatch"):
+        await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_path=path)
+    for file in _files(tmp_path, 1):
+        file.unlink()
+    with pytest.raises(CheckpointNotFoundError, match="model.ckpt-1 does not exist"):
+        await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_path=path)
+
+
 def test_summaries_of_a_model_directory_go_to_its_eval_directory_where_writable(
     tmp_path: Path,
 ) -> None:

@@ -184,11 +184,8 @@ def default_summary_dir(model_dir: str, name: str = "eval") -> str | None:
 def _may_create(path: str) -> bool:
     """Whether this process may create ``path`` as a directory, or write into it."""
     existing = os.path.abspath(path)
-    while not os.path.lexists(existing):
-        parent = os.path.dirname(existing)
-        if parent == existing:
-            return False
-        existing = parent
+    while not os.path.lexists(existing):  # the root exists: this ends
+        existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
         return True  # not a directory: the summaries plugin says so, naming it
     return os.access(existing, os.W_OK | os.X_OK)
