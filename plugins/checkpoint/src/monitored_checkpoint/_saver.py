@@ -959,7 +959,7 @@ class CheckpointsIterator:
         for gone in [n for n in self._rejected if n + MANIFEST_SUFFIX not in present]:
             del self._rejected[gone]
         self._warned = {n for n in self._warned if n + MANIFEST_SUFFIX in present}
-        last_step = step_of(split_save_path(self._last)[1]) if self._last is not None else None
+        last_step = step_of(_relative(store, self._last)) if self._last is not None else None
         for index, name in enumerate(_complete_names(store, names)):
             path = store.path(name)
             if path == self._last:
