@@ -664,6 +664,21 @@ def test_checkpoints_iterator_skips_a_damaged_newest_once_until_it_changes(
     assert [Path(p).name for p in iterator] == ["model.ckpt-2"]
 
 
+def test_checkpoints_iterator_skips_a_damaged_newest_on_an_fsspec_store_too(
+    mem_dir: str, state: TrainState
+) -> None:
+    _save_steps(mem_dir, state, [1, 2])
+    fs, root = fsspec.core.url_to_fs(mem_dir)
+    manifest = f"{root}/model.ckpt-2.json"
+    good = fs.cat_file(manifest)
+    fs.pipe_file(manifest, good[:10])
+    iterator = checkpoints_iterator(mem_dir, timeout=0, poll_secs=0)
+    assert [p.rsplit("/", 1)[-1] for p in iterator] == ["model.ckpt-1"]
+    assert list(iterator) == []
+    fs.pipe_file(manifest, good)
+    assert [p.rsplit("/", 1)[-1] for p in iterator] == ["model.ckpt-2"]
+
+
 def test_checkpoints_iterator_yields_an_older_one_only_if_newer_than_the_last(
     ckpt_dir: str, state: TrainState
 ) -> None:
