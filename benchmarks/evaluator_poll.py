@@ -48,9 +48,9 @@ from monitored_checkpoint._format import MAX_MANIFEST_BYTES, load_json
 from monitored_checkpoint._store import open_store
 
 
-def _timed(fn: Callable[[], Any]) -> float:
+def _timed(fn: Callable[[str], Any], directory: str) -> float:
     started = time.perf_counter()
-    fn()
+    fn(directory)
     return time.perf_counter() - started
 
 
@@ -99,7 +99,7 @@ def main() -> None:
     for _ in range(args.repeats):
         for label, case in cases.items():
             for kind, directory in (("clean", clean), ("flooded", flooded)):
-                times.setdefault((label, kind), []).append(_timed(lambda: case(directory)))
+                times.setdefault((label, kind), []).append(_timed(case, directory))
     print(f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs")
     print(f"load average {os.getloadavg()[0]:.1f}; medians of {args.repeats} runs\n")
     listing = statistics.median(times[("list the directory (os.listdir)", "flooded")])

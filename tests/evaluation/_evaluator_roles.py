@@ -21,12 +21,16 @@ import numpy as np
 import monitored
 from monitored import metrics as m
 
+#: The step of the trainer's last checkpoint: the evaluators stop once they evaluated it.
+FINAL_STEP = 1_000_000
+
 
 def trainer(directory: str, seconds: float, size: int, keep: int, ready: str) -> None:
     """Save every step for ``seconds`` (once ``ready`` exists), keeping the newest ``keep``.
 
     Every entry of ``w`` equals the step, so an evaluator can tell a
-    consistent checkpoint from a mix of two. Prints the last step saved.
+    consistent checkpoint from a mix of two. The last checkpoint is of step
+    :data:`FINAL_STEP`, as if training jumped there. Prints how many were saved.
     """
     from monitored_checkpoint import Saver
 
@@ -38,11 +42,13 @@ def trainer(directory: str, seconds: float, size: int, keep: int, ready: str) ->
     saver = Saver(max_to_keep=keep)
     state = monitored.TrainState({"w": np.zeros(size)})
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        state.global_step += 1
+    saved = 0
+    while state.global_step < FINAL_STEP:
+        state.global_step = state.global_step + 1 if time.monotonic() < end else FINAL_STEP
         state["w"].fill(state.global_step)
         saver.save(state, os.path.join(directory, "model.ckpt"))
-    print(json.dumps({"last_step": state.global_step}))
+        saved += 1
+    print(json.dumps({"saved": saved}))
 
 
 def copier(source: str, target: str, mode: str, done: str) -> None:
@@ -108,6 +114,9 @@ def evaluator(
 ) -> None:
     """Follow ``directory`` (``evaluate_repeatedly`` or ``Experiment.continuous_eval``).
 
+    Ends once it has evaluated the checkpoint of :data:`FINAL_STEP`, or after
+    ``timeout`` seconds without a new checkpoint (a failure: the tests check).
+
     With a ``template`` size, each checkpoint is restored into a state that
     has ``w`` already: in place, after a first pass verified the whole file,
     so a rotation has that pass's whole time to delete the file. Writes each
@@ -128,6 +137,7 @@ def evaluator(
                 timeout=timeout,
                 poll_secs=0.005,
                 summary_dir=None,
+                until=lambda result: result.global_step >= FINAL_STEP,
                 state_fn=(lambda: monitored.TrainState({"w": np.zeros(template)}))
                 if template
                 else None,
@@ -139,6 +149,7 @@ def evaluator(
             model_dir=directory,
             continuous_eval_throttle_secs=0,
             log_step_count_steps=None,
+            train_steps=FINAL_STEP,
         )
         return await experiment.continuous_eval(delay_secs=0, timeout=timeout)
 

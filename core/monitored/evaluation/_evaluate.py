@@ -336,7 +336,7 @@ async def _evaluate_newest(
     checkpoint = _checkpoint_module("evaluate a checkpoint")
     iterator = checkpoint.checkpoints_iterator(checkpoint_dir, timeout=0, poll_secs=0)
     skipped: list[str] = []
-    async for path in iterator:  # each step looks once; it ends when nothing is left
+    async for path in iterator:  # each step polls once (timeout=0): it ends when none is left
         try:
             result: EvaluationResult = await evaluate(path, skip_unusable=True)
         except _Unusable as exc:
