@@ -731,6 +731,22 @@ def test_a_checkpoint_deleted_between_the_listing_and_its_manifest_is_passed_ove
     assert [Path(p).name for p in checkpoints_iterator(ckpt_dir, timeout=0)] == ["model.ckpt-1"]
 
 
+def test_a_checkpoint_deleted_between_its_stamp_and_its_manifest_is_passed_over(
+    ckpt_dir: str, state: TrainState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _save_steps(ckpt_dir, state, [1, 2])
+    real_stamp = LocalStore.stamp
+
+    def stamp_then_rotate(self: Any, name: str) -> tuple[object, ...] | None:
+        stamp = real_stamp(self, name)
+        if name == "model.ckpt-2.safetensors":  # both stamped: now rotation strikes
+            Path(ckpt_dir, "model.ckpt-2.json").unlink()
+        return stamp
+
+    monkeypatch.setattr(LocalStore, "stamp", stamp_then_rotate)
+    assert [Path(p).name for p in checkpoints_iterator(ckpt_dir, timeout=0)] == ["model.ckpt-1"]
+
+
 def test_store_stamps_change_when_a_file_is_rewritten(ckpt_dir: str, mem_dir: str) -> None:
     for directory in (ckpt_dir, mem_dir):
         store = open_store(directory)
