@@ -23,6 +23,7 @@ from ._core._config import TrainingConfig
 from ._core._coordinator import Coordinator, LooperThread
 from ._core._errors import (
     AbortedError,
+    DamagedCheckpointError,
     DeadlineExceededError,
     FetchError,
     MissingPluginError,
@@ -136,6 +137,7 @@ __all__ = [
     "Cluster",
     "ClusterSpec",
     "Coordinator",
+    "DamagedCheckpointError",
     "DeadlineExceededError",
     "EvalSpec",
     "Experiment",

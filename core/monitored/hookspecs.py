@@ -277,6 +277,10 @@ def checkpoints_iterator(
     TF1's ``checkpoints_iterator``: yields each new checkpoint's path, at most one
     every ``min_interval_secs``; after ``timeout`` seconds without one it ends,
     unless ``timeout_fn()`` returns false. The evaluation follows training with it.
+    The iterator also has ``reject(path, reason)``: the evaluation hands back a
+    checkpoint it yielded but could not restore (deleted, incomplete or damaged,
+    raising ``FileNotFoundError`` or :class:`~monitored.DamagedCheckpointError`),
+    which then counts as never yielded.
     """
 
 

@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import anyio
 import numpy as np
 import pytest
 from _helpers import StandInCluster, hide_plugins, install_cluster
@@ -22,6 +23,7 @@ from monitored.evaluation import (
     evaluate_once,
     evaluate_repeatedly,
 )
+from monitored.evaluation._evaluate import default_summary_dir
 from monitored_checkpoint import Saver
 
 DATA = [(np.array([1.0, 2.0]), np.array([2.0, 4.0])), (np.array([3.0]), np.array([6.0]))]
@@ -250,6 +252,167 @@ async def test_evaluate_repeatedly_stops_after_max_number_of_evaluations(tmp_pat
         poll_secs=0.05,
     )
     assert len(results) == 1
+
+
+def _files(directory: Path, step: int) -> tuple[Path, Path]:
+    return directory / f"model.ckpt-{step}.json", directory / f"model.ckpt-{step}.safetensors"
+
+
+def _flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _follow(directory: Path, **kwargs: Any) -> Any:
+    kwargs.setdefault("input_fn", lambda: DATA)
+    kwargs.setdefault("eval_interval_secs", 0)
+    kwargs.setdefault("timeout", 0.3)
+    kwargs.setdefault("poll_secs", 0.05)
+    return evaluate_repeatedly(directory, eval_step, _metrics(), **kwargs)
+
+
+def _logged(caplog: Any, level: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelname == level]
+
+
+async def test_evaluate_repeatedly_skips_a_checkpoint_deleted_before_it_is_read(
+    tmp_path: Path, caplog: Any
+) -> None:
+    _save(tmp_path, 2.0, 1)
+    rotated: list[int] = []
+
+    def state_fn() -> monitored.TrainState:
+        if not rotated:  # the trainer saves step 2 and rotates step 1 away, manifest first
+            rotated.append(1)
+            _save(tmp_path, 3.0, 2)
+            for file in _files(tmp_path, 1):
+                file.unlink()
+        return monitored.TrainState()
+
+    with caplog.at_level(logging.INFO, logger="monitored"):
+        results = await _follow(tmp_path, state_fn=state_fn)
+    assert [r.global_step for r in results] == [2]
+    [warning] = _logged(caplog, "WARNING")
+    assert f"skipping checkpoint {tmp_path}/model.ckpt-1: it was deleted before it" in warning
+    assert not any("trying it again" in m for m in _logged(caplog, "INFO"))  # not retried
+
+
+async def test_evaluate_repeatedly_tries_a_damaged_checkpoint_twice_then_goes_on(
+    tmp_path: Path, caplog: Any
+) -> None:
+    _save(tmp_path, 2.0, 1)
+    _save(tmp_path, 3.0, 2)
+    _flip_last_byte(_files(tmp_path, 2)[1])
+    with caplog.at_level(logging.INFO, logger="monitored"):
+        results = await _follow(tmp_path)
+    assert [r.global_step for r in results] == [1]  # the one before it, not yet evaluated
+    [warning] = _logged(caplog, "WARNING")
+    assert f"skipping checkpoint {tmp_path}/model.ckpt-2: " in warning
+    assert "checksum mismatch" in warning
+    [retry] = [m for m in _logged(caplog, "INFO") if "trying it again" in m]
+    assert "model.ckpt-2" in retry
+
+
+async def test_evaluate_repeatedly_evaluates_a_checkpoint_that_arrives_while_it_waits(
+    tmp_path: Path, caplog: Any
+) -> None:
+    _save(tmp_path, 2.0, 1)
+    data = _files(tmp_path, 1)[1]
+    whole = data.read_bytes()
+    data.write_bytes(whole[:-8])  # copied in place, not all there yet
+
+    async def complete() -> None:
+        await anyio.sleep(0.1)
+        data.write_bytes(whole)
+
+    with caplog.at_level(logging.INFO, logger="monitored"):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(complete)
+            results = await _follow(tmp_path, poll_secs=0.5, timeout=0.1)
+    assert [r.global_step for r in results] == [1]
+    assert results[0].metrics["mean_pred"] == 4.0
+    assert _logged(caplog, "WARNING") == []
+    assert any("trying it again" in m for m in _logged(caplog, "INFO"))
+
+
+async def test_a_skipped_checkpoint_is_evaluated_once_its_files_change(
+    tmp_path: Path, caplog: Any
+) -> None:
+    _save(tmp_path, 2.0, 1)
+    data = _files(tmp_path, 1)[1]
+    whole = data.read_bytes()
+    data.write_bytes(whole[:-8])
+    timeouts: list[int] = []
+
+    def timeout_fn() -> bool:  # the copy completes after the evaluator gave up on it
+        timeouts.append(1)
+        data.write_bytes(whole)
+        return len(timeouts) > 1
+
+    with caplog.at_level(logging.WARNING, logger="monitored"):
+        results = await _follow(tmp_path, timeout_fn=timeout_fn)
+    assert [r.global_step for r in results] == [1]
+    [warning] = _logged(caplog, "WARNING")
+    assert "model.ckpt-1" in warning
+    assert "truncated or was replaced" in warning
+
+
+async def test_evaluate_repeatedly_still_fails_on_what_is_not_the_trainers_doing(
+    tmp_path: Path,
+) -> None:
+    from monitored_checkpoint import CheckpointMismatchError
+
+    _save(tmp_path, 2.0, 1)
+    with pytest.raises(CheckpointMismatchError, match="shape"):
+        await _follow(tmp_path, state_fn=lambda: monitored.TrainState({"w": np.zeros(3)}))
+    with pytest.raises(TypeError, match=r"unknown arguments \['eval_step'\].*eval_steps"):
+        await _follow(tmp_path, eval_step=3)
+    with pytest.raises(ValueError, match="eval_steps must be a positive int"):
+        await _follow(tmp_path, eval_steps=0)
+
+
+async def test_evaluate_once_of_a_directory_evaluates_the_newest_that_restores(
+    tmp_path: Path, caplog: Any
+) -> None:
+    _save(tmp_path, 2.0, 1)
+    _save(tmp_path, 3.0, 2)
+    _flip_last_byte(_files(tmp_path, 2)[1])
+    with caplog.at_level(logging.WARNING, logger="monitored"):
+        result = await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
+    assert result.global_step == 1
+    [warning] = _logged(caplog, "WARNING")
+    assert f"skipping checkpoint {tmp_path}/model.ckpt-2: " in warning
+    _flip_last_byte(_files(tmp_path, 1)[1])
+    with pytest.raises(NoCheckpointError, match=r"skipped, unusable: .*model.ckpt-1"):
+        await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
+
+
+async def test_a_checkpoint_named_by_path_is_not_skipped_but_fails_naming_it(
+    tmp_path: Path,
+) -> None:
+    from monitored_checkpoint import CheckpointNotFoundError, CorruptCheckpointError
+
+    path = _save(tmp_path, 2.0, 1)
+    _flip_last_byte(_files(tmp_path, 1)[1])
+    with pytest.raises(CorruptCheckpointError, match="checksum mismatch"):
+        await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_path=path)
+    for file in _files(tmp_path, 1):
+        file.unlink()
+    with pytest.raises(CheckpointNotFoundError, match="model.ckpt-1 does not exist"):
+        await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_path=path)
+
+
+def test_summaries_of_a_model_directory_go_to_its_eval_directory_where_writable(
+    tmp_path: Path,
+) -> None:
+    assert default_summary_dir(str(tmp_path)) == str(tmp_path / "eval")
+    assert default_summary_dir(str(tmp_path / "new" / "run"), "eval_x") == str(
+        tmp_path / "new" / "run" / "eval_x"
+    )
+    (tmp_path / "file").write_text("")  # not a directory: the summaries plugin names it
+    assert default_summary_dir(str(tmp_path / "file")) == str(tmp_path / "file" / "eval")
+    assert default_summary_dir("memory://run") == "memory://run/eval"
 
 
 def train_step(state: monitored.TrainState) -> None:

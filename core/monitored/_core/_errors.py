@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "AbortedError",
+    "DamagedCheckpointError",
     "DeadlineExceededError",
     "FetchError",
     "MissingPluginError",
@@ -109,6 +110,16 @@ def install_hint(distribution: str) -> str:
     return (
         f"pip install {distribution}, or from a clone of monitored: pip install ./plugins/{folder}"
     )
+
+
+class DamagedCheckpointError(MonitoredError):
+    """A checkpoint that cannot be restored because it is incomplete or damaged.
+
+    A provider of the ``"checkpoint"`` capability raises a subclass of it
+    (``monitored-checkpoint``'s ``CorruptCheckpointError`` is one), so that an
+    evaluator following a directory can tell "not (yet) usable: skip it" from an
+    error in its own configuration without importing the provider's package.
+    """
 
 
 class UnsupportedArgumentError(MonitoredError, TypeError, ValueError):

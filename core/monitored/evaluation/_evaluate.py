@@ -9,12 +9,21 @@ are handed to summary sinks (``write_summaries``) for ``<model_dir>/eval``.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
-from typing import Any, final
+from typing import Any, Final, Protocol, final
 
 import anyio.lowlevel
 import numpy as np
@@ -23,7 +32,7 @@ from .._core._basic_hooks import FinalOpsHook
 from .._core._capabilities import Provider, provider
 from .._core._cluster import LocalCluster
 from .._core._config import TrainingConfig
-from .._core._errors import OutOfRangeError
+from .._core._errors import DamagedCheckpointError, OutOfRangeError
 from .._core._scaffold import Scaffold
 from .._core._session import MonitoredSession
 from .._core._state import TrainState
@@ -87,16 +96,23 @@ class EvaluationSession(MonitoredSession):
 class _RestoreFromCheckpoint:
     """Restores the evaluated state from one checkpoint, through the checkpoint plugin."""
 
-    __slots__ = ("path",)
+    __slots__ = ("path", "skip_unusable")
 
     plugin_name = "evaluation-restore"
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, skip_unusable: bool = False) -> None:
         self.path = path
+        #: Whether a checkpoint gone, incomplete or damaged is raised as :class:`_Unusable`.
+        self.skip_unusable = skip_unusable
 
     async def restore_state(self, session: MonitoredSession) -> str:
         checkpoint = _checkpoint_module("evaluate a checkpoint")
-        checkpoint.restore(session.state, self.path)
+        try:
+            checkpoint.restore(session.state, self.path)
+        except Exception as exc:
+            if self.skip_unusable and _is_unusable(checkpoint, exc):
+                raise _Unusable(self.path, exc) from exc
+            raise
         log.info("Evaluating %s (step %d)", self.path, session.state.global_step)
         return self.path
 
@@ -130,6 +146,16 @@ def _checkpoint_module(why: str) -> _Checkpoints:
     return _Checkpoints(provider("checkpoint", f"monitored.evaluation {why}s"))
 
 
+class _CheckpointFollower(Protocol):
+    """What a provider's ``checkpoints_iterator`` returns: new paths, and a way to hand one back."""
+
+    def __aiter__(self) -> AsyncIterator[str]: ...
+
+    def __anext__(self) -> Awaitable[str]: ...
+
+    def reject(self, path: str, reason: str) -> None: ...
+
+
 @final
 class _Checkpoints:
     """The installed provider of ``"checkpoint"``, called through its capability hooks."""
@@ -139,6 +165,8 @@ class _Checkpoints:
     #: What a provider raises for a checkpoint that is gone (``monitored-checkpoint``'s
     #: ``CheckpointNotFoundError`` is one).
     CheckpointNotFoundError = FileNotFoundError
+    #: What it raises for one that is incomplete or damaged (its ``CorruptCheckpointError``).
+    CorruptCheckpointError = DamagedCheckpointError
 
     def __init__(self, checkpoints: Provider) -> None:
         self._provider = checkpoints
@@ -158,8 +186,8 @@ class _Checkpoints:
         timeout_fn: Callable[[], Any] | None = None,
         *,
         poll_secs: float | None = None,
-    ) -> AsyncIterator[str]:
-        iterator: AsyncIterator[str] = self._provider.call(
+    ) -> _CheckpointFollower:
+        iterator: _CheckpointFollower = self._provider.call(
             "checkpoints_iterator",
             checkpoint_dir=os.fspath(checkpoint_dir),
             min_interval_secs=min_interval_secs,
@@ -170,14 +198,63 @@ class _Checkpoints:
         return iterator
 
 
-def _find_checkpoint(checkpoint_dir: str) -> str:
-    path: str | None = _checkpoint_module("evaluate a checkpoint").latest_checkpoint(checkpoint_dir)
-    if path is None:
-        raise NoCheckpointError(
-            f"checkpoint directory {checkpoint_dir} holds no checkpoint to evaluate "
-            "(has training written one yet?)"
+class _Unusable(Exception):
+    """The checkpoint being evaluated could not be restored: gone, incomplete or damaged.
+
+    Raised only to the loops that pick checkpoints themselves (``checkpoint_dir``,
+    :func:`evaluate_repeatedly`), which skip it; never seen by a caller.
+    """
+
+    def __init__(self, path: str, error: BaseException) -> None:
+        super().__init__(f"{path}: {error}")
+        self.path = path
+        self.error = error
+
+
+def _is_unusable(checkpoint: Any, error: BaseException) -> bool:
+    """Whether ``error`` says that a checkpoint is not (yet) there: gone, incomplete or damaged.
+
+    Not a checkpoint that does not fit the state, nor one of a newer format:
+    those are the evaluator's configuration, and end it.
+    """
+    return isinstance(error, checkpoint.CheckpointNotFoundError | checkpoint.CorruptCheckpointError)
+
+
+#: Summary directories found read-only and warned about, so that a loop warns once.
+_READ_ONLY_SUMMARY_DIRS: set[str] = set()
+
+
+def default_summary_dir(model_dir: str, name: str = "eval") -> str | None:
+    """``<model_dir>/<name>``, where an evaluator's summaries go, or ``None`` if it is read-only.
+
+    An evaluator may have read access only to the directory it follows: then
+    summaries are off, with one warning (per directory and process) that says
+    so and how to send them elsewhere (``summary_dir=``), rather than a failed
+    evaluation. Checked on a local directory (the directory itself or its
+    nearest existing parent must be writable); a URL is taken as writable.
+    """
+    target = os.path.join(model_dir, name)
+    if "://" in model_dir or _may_create(target):
+        return target
+    key = os.path.abspath(target)
+    if key not in _READ_ONLY_SUMMARY_DIRS:
+        _READ_ONLY_SUMMARY_DIRS.add(key)
+        log.warning(
+            "Evaluation summaries are off: %s cannot be written (the model directory is "
+            "read-only to this process); give summary_dir= to write them elsewhere",
+            target,
         )
-    return path
+    return None
+
+
+def _may_create(path: str) -> bool:
+    """Whether this process may create ``path`` as a directory, or write into it."""
+    existing = os.path.abspath(path)
+    while not os.path.lexists(existing):  # the root exists: this ends
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return True  # not a directory: the summaries plugin says so, naming it
+    return os.access(existing, os.W_OK | os.X_OK)
 
 
 def check_options(
@@ -256,7 +333,12 @@ async def evaluate_once(
 
     Results are handed to summary sinks (the ``write_summaries`` hook) for the
     session's ``summary_dir``: ``summary_dir`` if given, else ``<model_dir>/eval``
-    (the checkpoint's directory).
+    (the checkpoint's directory), unless this process may not write there: then
+    none are written, and one warning says so.
+
+    With ``checkpoint_dir``, the newest checkpoint that restores is evaluated:
+    one deleted before it is read (a trainer rotating its checkpoints),
+    incomplete or damaged is skipped with a warning naming it and why.
 
     With ``sharded=True`` each process of a distributed job (``mpiexec`` with
     ``monitored-mpi``) evaluates its own shard of the input and the metrics are
@@ -271,7 +353,7 @@ async def evaluate_once(
     changes nothing.
 
     Raises :class:`NoMetricUpdatesError` when a step updated no metric,
-    :class:`NoCheckpointError` when ``checkpoint_dir`` holds no checkpoint,
+    :class:`NoCheckpointError` when ``checkpoint_dir`` holds no usable checkpoint,
     :class:`~monitored.MissingPluginError` when evaluating a checkpoint without
     the checkpoint plugin, ``ValueError`` for ``eval_steps <= 0``.
     """
@@ -279,18 +361,98 @@ async def evaluate_once(
         eval_steps=eval_steps, checkpoint_path=checkpoint_path, checkpoint_dir=checkpoint_dir
     )
     check_metrics(metrics, "evaluate_once")
-    path: str | None = None
-    if checkpoint_dir is not None:
-        path = _find_checkpoint(os.fspath(checkpoint_dir))
-    elif checkpoint_path is not None:
-        path = os.fspath(checkpoint_path)
-        _checkpoint_module("evaluate a checkpoint")
-    if path is None and state is None:
+    if checkpoint_dir is None and checkpoint_path is None and state is None:
         raise ValueError(
             "evaluate_once needs something to evaluate: state=, checkpoint_path= or checkpoint_dir="
         )
+    evaluate = functools.partial(
+        _evaluate,
+        eval_fn,
+        metrics,
+        input=input,
+        state=state,
+        eval_steps=eval_steps,
+        hooks=hooks,
+        final_ops=final_ops,
+        final_ops_feed_dict=final_ops_feed_dict,
+        scaffold=scaffold,
+        summary_dir=summary_dir,
+        disable_plugins=disable_plugins,
+        plugin_options=plugin_options,
+        sharded=sharded,
+    )
+    if checkpoint_dir is not None:
+        return await _evaluate_newest(os.fspath(checkpoint_dir), evaluate)
+    if checkpoint_path is not None:
+        _checkpoint_module("evaluate a checkpoint")
+        return await evaluate(os.fspath(checkpoint_path))
+    return await evaluate(None)
+
+
+async def _evaluate_newest(
+    checkpoint_dir: str, evaluate: Callable[..., Awaitable[EvaluationResult]]
+) -> EvaluationResult:
+    """Evaluate the newest usable checkpoint of ``checkpoint_dir``.
+
+    One that is deleted, incomplete or damaged when it is restored is skipped
+    with a warning naming it and why, and the newest one left is evaluated:
+    beside a trainer that keeps only its newest checkpoint, the one found may be
+    gone before it is read.
+    """
+    checkpoint = _checkpoint_module("evaluate a checkpoint")
+    iterator = checkpoint.checkpoints_iterator(checkpoint_dir, timeout=0, poll_secs=0)
+    skipped: list[str] = []
+    async for path in iterator:  # each step polls once (timeout=0): it ends when none is left
+        try:
+            result: EvaluationResult = await evaluate(path, skip_unusable=True)
+        except _Unusable as exc:
+            iterator.reject(path, _reason(checkpoint, exc.error))
+            skipped.append(path)
+            continue
+        return result
+    raise NoCheckpointError(
+        f"checkpoint directory {checkpoint_dir} holds no checkpoint to evaluate "
+        + (
+            f"(skipped, unusable: {', '.join(skipped)})"
+            if skipped
+            else "(has training written one yet?)"
+        )
+    )
+
+
+def _reason(checkpoint: Any, error: BaseException) -> str:
+    """Why a checkpoint is skipped, for its warning."""
+    if isinstance(error, checkpoint.CheckpointNotFoundError):
+        return f"it was deleted before it could be read ({error})"
+    return str(error)
+
+
+async def _evaluate(
+    eval_fn: StepFn,
+    metrics: Mapping[str, Metric],
+    path: str | None,
+    *,
+    skip_unusable: bool = False,
+    input: Iterable[Any] | AsyncIterable[Any] | None,
+    state: TrainState | None,
+    eval_steps: int | None,
+    hooks: Sequence[object],
+    final_ops: Any,
+    final_ops_feed_dict: Mapping[str, Any] | None,
+    scaffold: Scaffold | None,
+    summary_dir: str | os.PathLike[str] | None,
+    disable_plugins: Iterable[str],
+    plugin_options: Mapping[str, Mapping[str, Any]] | None,
+    sharded: bool,
+) -> EvaluationResult:
+    """:func:`evaluate_once` of the checkpoint at ``path`` (``None``: of ``state`` as it is).
+
+    With ``skip_unusable``, a checkpoint that cannot be restored because it is
+    gone, incomplete or damaged raises :class:`_Unusable`, before the input is
+    read or any step runs.
+    """
     if path is not None and summary_dir is None:
-        summary_dir = os.path.join(os.path.dirname(path), "eval")
+        summary_dir = default_summary_dir(os.path.dirname(path))
     eval_state = state if state is not None else TrainState()
 
     for metric in metrics.values():
@@ -299,7 +461,7 @@ async def evaluate_once(
     final = FinalOpsHook(final_ops, final_ops_feed_dict) if final_ops is not None else None
     session_hooks: list[object] = []
     if path is not None:
-        session_hooks.append(_RestoreFromCheckpoint(path))
+        session_hooks.append(_RestoreFromCheckpoint(path, skip_unusable))
     session_hooks += [*hooks, stopper]
     if final is not None:
         session_hooks.append(final)
@@ -432,6 +594,16 @@ def _batches(source: Iterable[Any] | AsyncIterable[Any] | None) -> _Batches | No
     return None if source is None else _Batches(source)
 
 
+#: The options of :func:`evaluate_once` that :func:`evaluate_repeatedly` passes on, with
+#: their defaults (it gives the input, the state and the checkpoint itself).
+_EVALUATE_DEFAULTS: Final = {
+    name: parameter.default
+    for name, parameter in inspect.signature(evaluate_once).parameters.items()
+    if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    and name not in ("input", "state", "checkpoint_path", "checkpoint_dir")
+}
+
+
 async def evaluate_repeatedly(
     checkpoint_dir: str | os.PathLike[str],
     eval_fn: StepFn,
@@ -458,31 +630,57 @@ async def evaluate_repeatedly(
     an empty one filled from the checkpoint) and a fresh input (``input_fn()``);
     ``kwargs`` go to it. ``on_result(result)`` (sync or async) sees each result
     as it comes; all are returned. ``until(result)`` returning true ends the loop
-    after that result (an evaluator stops once it has seen the final step). A
-    checkpoint deleted before it could be read (training keeps only the newest
-    few) is skipped with a warning.
+    after that result (an evaluator stops once it has seen the final step).
+
+    Beside a live trainer (or a copier), a checkpoint that cannot be restored
+    is "not (yet) there": one deleted before it could be read (training keeps
+    only its newest few) is skipped; one incomplete or damaged is tried once
+    more ``poll_secs`` later (a copy may still be arriving), then skipped. Each
+    is named once in a warning with the reason, and the loop goes on with the
+    next checkpoint; a skipped one is tried again only if its files change.
+    Only complete checkpoints, their sizes and checksums verified, are
+    evaluated. Summaries go to ``<checkpoint_dir>/eval`` unless ``summary_dir=``
+    says otherwise; an evaluator that may only read ``checkpoint_dir`` writes
+    none, and says so once.
     """
     if max_number_of_evaluations is not None and max_number_of_evaluations <= 0:
         raise ValueError(
             f"max_number_of_evaluations must be positive or None, got {max_number_of_evaluations}"
         )
+    unknown = sorted(set(kwargs) - set(_EVALUATE_DEFAULTS))
+    if unknown:
+        raise TypeError(
+            f"evaluate_repeatedly got unknown arguments {unknown}; it passes on to "
+            f"evaluate_once: {', '.join(sorted(_EVALUATE_DEFAULTS))}"
+        )
+    check_options(**kwargs)
     checkpoint = _checkpoint_module("follow a checkpoint directory")
     results: list[EvaluationResult] = []
     iterator = checkpoint.checkpoints_iterator(
         checkpoint_dir, eval_interval_secs, timeout, timeout_fn, poll_secs=poll_secs
     )
+    if "summary_dir" not in kwargs:
+        kwargs["summary_dir"] = default_summary_dir(os.fspath(checkpoint_dir))
     async for path in iterator:
-        try:
-            result = await evaluate_once(
+        result = await _evaluate_arriving(
+            checkpoint,
+            path,
+            poll_secs,
+            lambda path: _evaluate(
                 eval_fn,
                 metrics,
-                input=input_fn() if input_fn is not None else None,
-                state=state_fn() if state_fn is not None else None,
-                checkpoint_path=path,
-                **kwargs,
-            )
-        except checkpoint.CheckpointNotFoundError as exc:
-            log.warning("Checkpoint %s disappeared before it was evaluated: %s", path, exc)
+                path,
+                skip_unusable=True,
+                **{
+                    **_EVALUATE_DEFAULTS,
+                    **kwargs,
+                    "input": input_fn() if input_fn is not None else None,
+                    "state": state_fn() if state_fn is not None else None,
+                },
+            ),
+        )
+        if isinstance(result, _Unusable):
+            iterator.reject(path, _reason(checkpoint, result.error))
             continue
         results.append(result)
         if on_result is not None:
@@ -495,3 +693,30 @@ async def evaluate_repeatedly(
         if until is not None and until(result):
             break
     return results
+
+
+async def _evaluate_arriving(
+    checkpoint: Any,
+    path: str,
+    wait: float,
+    evaluate: Callable[[str], Awaitable[EvaluationResult]],
+) -> EvaluationResult | _Unusable:
+    """Evaluate ``path``; if it is incomplete or damaged, once more ``wait`` seconds later.
+
+    A checkpoint still arriving (copied file by file) may be complete by then;
+    one deleted is not tried again. Returns the :class:`_Unusable` of the last
+    try when it cannot be evaluated.
+    """
+    try:
+        return await evaluate(path)
+    except _Unusable as exc:
+        if isinstance(exc.error, checkpoint.CheckpointNotFoundError):
+            return exc
+        log.info(
+            "Checkpoint %s is not readable (%s); trying it again in %g s", path, exc.error, wait
+        )
+    await anyio.sleep(wait)
+    try:
+        return await evaluate(path)
+    except _Unusable as exc:
+        return exc

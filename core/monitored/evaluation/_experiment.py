@@ -34,6 +34,7 @@ from ._errors import ExperimentConfigError
 from ._evaluate import (
     EvaluationResult,
     check_metrics,
+    default_summary_dir,
     evaluate_once,
     evaluate_repeatedly,
 )
@@ -431,9 +432,12 @@ class Experiment:
 
     def _eval_options(self, name: str | None) -> dict[str, Any]:
         options: dict[str, Any] = {"eval_steps": self.eval_steps, "hooks": self.eval_hooks}
-        root = self.session_options.get("summary_dir") or self.model_dir
-        if root is not None:
-            options["summary_dir"] = os.path.join(root, f"eval_{name}" if name else "eval")
+        folder = f"eval_{name}" if name else "eval"
+        if self.session_options.get("summary_dir"):
+            options["summary_dir"] = os.path.join(self.session_options["summary_dir"], folder)
+        elif self.model_dir is not None:
+            # None (summaries off, said once) for an evaluator that may only read model_dir.
+            options["summary_dir"] = default_summary_dir(self.model_dir, folder)
         for key in ("disable_plugins", "plugin_options"):
             if key in self.session_options:
                 options[key] = self.session_options[key]

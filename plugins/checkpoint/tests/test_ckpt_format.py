@@ -228,6 +228,17 @@ def test_missing_data_file_is_detected(ckpt_dir: str, state: TrainState) -> None
         read_arrays(store, manifest)
 
 
+def test_a_checkpoint_deleted_while_it_is_read_is_not_found(
+    ckpt_dir: str, state: TrainState
+) -> None:
+    # Rotation deletes the manifest, then the data file, after a reader read the manifest.
+    store, manifest = _write(ckpt_dir, state)
+    os.remove(os.path.join(ckpt_dir, "model.ckpt-3.json"))
+    os.remove(_data(ckpt_dir))
+    with pytest.raises(CheckpointNotFoundError, match="model.ckpt-3 was deleted while"):
+        read_arrays(store, manifest)
+
+
 def test_damaged_header_is_detected(ckpt_dir: str, state: TrainState) -> None:
     store, manifest = _write(ckpt_dir, state)
     with open(_data(ckpt_dir), "r+b") as f:

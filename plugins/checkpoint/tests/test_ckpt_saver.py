@@ -37,6 +37,7 @@ from monitored_checkpoint import (
     wait_for_new_checkpoint,
 )
 from monitored_checkpoint import _saver as saver_module
+from monitored_checkpoint._store import LocalStore, open_store
 
 
 def _save_steps(directory: str, state: TrainState, steps: Any, saver: Saver | None = None) -> Saver:
@@ -596,6 +597,175 @@ def test_newer_format_is_an_error_not_a_fallback(ckpt_dir: str, state: TrainStat
 def test_restore_of_a_missing_path_is_not_found(ckpt_dir: str, state: TrainState) -> None:
     with pytest.raises(CheckpointNotFoundError, match=r"model\.ckpt-3 does not exist"):
         Saver().restore(state, os.path.join(ckpt_dir, "model.ckpt-3"))
+
+
+def test_latest_checkpoint_takes_only_checkpoints_whose_files_are_both_there(
+    ckpt_dir: str, state: TrainState
+) -> None:
+    # A copy in name order brings the state file, then the manifest, then the data file.
+    _save_steps(ckpt_dir, state, [1, 2])
+    data = Path(ckpt_dir, "model.ckpt-2.safetensors")
+    arriving = data.read_bytes()
+    data.unlink()
+    assert latest_checkpoint(ckpt_dir) == os.path.join(ckpt_dir, "model.ckpt-1")
+    Path(ckpt_dir, "checkpoint").unlink()
+    assert latest_checkpoint(ckpt_dir) == os.path.join(ckpt_dir, "model.ckpt-1")
+    data.write_bytes(arriving)
+    assert latest_checkpoint(ckpt_dir) == os.path.join(ckpt_dir, "model.ckpt-2")
+
+
+def _flood(directory: str, count: int, first_step: int) -> None:
+    """``count`` junk manifests newer than any checkpoint: the format marker, no data file."""
+    for step in range(first_step, first_step + count):
+        Path(directory, f"model.ckpt-{step}.json").write_text('{"format": "monitored-checkpoint"}')
+
+
+def test_a_flood_of_junk_manifests_is_listed_not_read(
+    ckpt_dir: str, state: TrainState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _save_steps(ckpt_dir, state, [5])
+    Path(ckpt_dir, "checkpoint").unlink()
+    _flood(ckpt_dir, 10_000, 100)
+    opened: list[str] = []
+    real_open, real_read = LocalStore.open_file, LocalStore.read_bytes
+
+    def counting(self: Any, name: str) -> Any:
+        opened.append(name)
+        return real_open(self, name)
+
+    def counting_reads(self: Any, name: str, limit: int) -> bytes:
+        opened.append(name)
+        return real_read(self, name, limit)
+
+    monkeypatch.setattr(LocalStore, "open_file", counting)
+    monkeypatch.setattr(LocalStore, "read_bytes", counting_reads)
+    real = os.path.join(ckpt_dir, "model.ckpt-5")
+    assert latest_checkpoint(ckpt_dir) == real
+    assert opened == []
+    iterator = checkpoints_iterator(ckpt_dir, timeout=0, poll_secs=0)
+    assert next(iterator) == real
+    assert opened == ["model.ckpt-5.json"]  # its manifest, checked before it is yielded
+    assert list(iterator) == []
+    assert opened == ["model.ckpt-5.json"]
+
+
+def test_checkpoints_iterator_skips_a_damaged_newest_once_until_it_changes(
+    ckpt_dir: str, state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    _save_steps(ckpt_dir, state, [1, 2])
+    manifest = Path(ckpt_dir, "model.ckpt-2.json")
+    good = manifest.read_bytes()
+    manifest.write_bytes(good[: len(good) // 2])  # a manifest copied half way
+    iterator = checkpoints_iterator(ckpt_dir, timeout=0, poll_secs=0)
+    with caplog.at_level("INFO", logger="monitored.checkpoint"):
+        assert [Path(p).name for p in iterator] == ["model.ckpt-1"]
+        assert list(iterator) == []  # looked at again: unchanged, so not read, not warned
+    warned = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1
+    assert "skipping checkpoint" in warned[0].getMessage()
+    assert "model.ckpt-2" in warned[0].getMessage()
+    assert "not valid JSON" in warned[0].getMessage()
+    manifest.write_bytes(good)  # the copy completes
+    assert [Path(p).name for p in iterator] == ["model.ckpt-2"]
+
+
+def test_checkpoints_iterator_skips_a_damaged_newest_on_an_fsspec_store_too(
+    mem_dir: str, state: TrainState
+) -> None:
+    _save_steps(mem_dir, state, [1, 2])
+    fs, root = fsspec.core.url_to_fs(mem_dir)
+    manifest = f"{root}/model.ckpt-2.json"
+    good = fs.cat_file(manifest)
+    fs.pipe_file(manifest, good[:10])
+    iterator = checkpoints_iterator(mem_dir, timeout=0, poll_secs=0)
+    assert [p.rsplit("/", 1)[-1] for p in iterator] == ["model.ckpt-1"]
+    assert list(iterator) == []
+    fs.pipe_file(manifest, good)
+    assert [p.rsplit("/", 1)[-1] for p in iterator] == ["model.ckpt-2"]
+
+
+def test_checkpoints_iterator_yields_an_older_one_only_if_newer_than_the_last(
+    ckpt_dir: str, state: TrainState
+) -> None:
+    saver = _save_steps(ckpt_dir, state, [1])
+    iterator = checkpoints_iterator(ckpt_dir, timeout=0, poll_secs=0)
+    assert Path(next(iterator)).name == "model.ckpt-1"
+    _save_steps(ckpt_dir, state, [2, 3], saver)
+    _corrupt(os.path.join(ckpt_dir, "model.ckpt-3.json"))
+    assert [Path(p).name for p in iterator] == ["model.ckpt-2"]  # 3 is damaged: the next
+    _corrupt(os.path.join(ckpt_dir, "model.ckpt-2.json"))
+    assert list(iterator) == []  # 1 was yielded already: nothing new
+
+
+def test_a_rejected_checkpoint_counts_as_never_yielded(
+    ckpt_dir: str, state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    saver = _save_steps(ckpt_dir, state, [1, 2])
+    iterator = checkpoints_iterator(ckpt_dir, timeout=0, poll_secs=0)
+    assert Path(next(iterator)).name == "model.ckpt-2"
+    _save_steps(ckpt_dir, state, [3], saver)
+    assert Path(next(iterator)).name == "model.ckpt-3"
+    with caplog.at_level("INFO", logger="monitored.checkpoint"):
+        iterator.reject(os.path.join(ckpt_dir, "model.ckpt-3"), "its data file is damaged")
+        assert list(iterator) == []  # not 3 again (unchanged), and 2 was yielded before it
+        iterator.reject(os.path.join(ckpt_dir, "model.ckpt-3"), "still damaged")
+    messages = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert messages == [
+        ("WARNING", f"skipping checkpoint {ckpt_dir}/model.ckpt-3: its data file is damaged"),
+        ("INFO", f"skipping checkpoint {ckpt_dir}/model.ckpt-3 again: still damaged"),
+    ]
+    with pytest.raises(ValueError, match="not a checkpoint of"):
+        iterator.reject("/elsewhere/model.ckpt-3", "why")
+    with pytest.raises(ValueError, match="not a checkpoint of"):
+        iterator.reject(os.path.join(ckpt_dir, "checkpoint"), "why")
+
+
+def test_a_checkpoint_deleted_between_the_listing_and_its_manifest_is_passed_over(
+    ckpt_dir: str, state: TrainState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _save_steps(ckpt_dir, state, [1, 2])
+    real_list = LocalStore.list
+
+    def list_then_rotate(self: Any) -> list[str]:
+        names: list[str] = real_list(self)
+        for file in ("model.ckpt-2.json", "model.ckpt-2.safetensors"):  # the trainer's rotation
+            Path(ckpt_dir, file).unlink(missing_ok=True)
+        return names
+
+    monkeypatch.setattr(LocalStore, "list", list_then_rotate)
+    assert [Path(p).name for p in checkpoints_iterator(ckpt_dir, timeout=0)] == ["model.ckpt-1"]
+
+
+def test_a_checkpoint_deleted_between_its_stamp_and_its_manifest_is_passed_over(
+    ckpt_dir: str, state: TrainState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _save_steps(ckpt_dir, state, [1, 2])
+    real_stamp = LocalStore.stamp
+
+    def stamp_then_rotate(self: Any, name: str) -> tuple[object, ...] | None:
+        stamp = real_stamp(self, name)
+        if name == "model.ckpt-2.safetensors":  # both stamped: now rotation strikes
+            Path(ckpt_dir, "model.ckpt-2.json").unlink()
+        return stamp
+
+    monkeypatch.setattr(LocalStore, "stamp", stamp_then_rotate)
+    assert [Path(p).name for p in checkpoints_iterator(ckpt_dir, timeout=0)] == ["model.ckpt-1"]
+
+
+def test_store_stamps_change_when_a_file_is_rewritten(ckpt_dir: str, mem_dir: str) -> None:
+    for directory in (ckpt_dir, mem_dir):
+        store = open_store(directory)
+        store.ensure_directory()
+        assert store.stamp("a") is None
+        store.write("a", lambda f: f.write(b"one"))
+        first = store.stamp("a")
+        assert first is not None
+        assert store.stamp("a") == first
+        time.sleep(0.01)
+        store.write("a", lambda f: f.write(b"three"))
+        assert store.stamp("a") not in (None, first)
+        store.remove("a")
+        assert store.stamp("a") is None
 
 
 # -- following a training job --------------------------------------------------------------------

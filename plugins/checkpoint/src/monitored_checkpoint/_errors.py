@@ -6,7 +6,7 @@ All derive from :class:`CheckpointError`, itself a :class:`monitored.MonitoredEr
 
 from __future__ import annotations
 
-from monitored import MonitoredError
+from monitored import DamagedCheckpointError, MonitoredError
 
 __all__ = [
     "CheckpointDigestError",
@@ -45,7 +45,7 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
     """A checkpoint asked for by path does not exist (its manifest is missing)."""
 
 
-class CorruptCheckpointError(CheckpointError):
+class CorruptCheckpointError(CheckpointError, DamagedCheckpointError):
     """One checkpoint is unreadable: bad JSON, a missing or truncated file, a checksum mismatch."""
 
 

@@ -868,6 +868,12 @@ def _read_file(
         try:
             file, size = stack.enter_context(store.open_file(file_name))
         except FileNotFoundError:
+            if store.stamp(manifest.name + MANIFEST_SUFFIX) is None:
+                # Rotation deleted the checkpoint (manifest first) after its manifest was read.
+                raise CheckpointNotFoundError(
+                    f"checkpoint {manifest.path} was deleted while it was being read (its "
+                    "manifest and data file are gone): the writer keeps only its newest few"
+                ) from None
             raise CorruptCheckpointError(f"{where}: the data file is missing") from None
         if size != info.size:
             raise CorruptCheckpointError(

@@ -280,30 +280,52 @@ def _is_our_manifest(store: Store, file: str) -> bool:
     return isinstance(document, dict) and document.get("format") == FORMAT_NAME
 
 
-def latest_checkpoint(
-    checkpoint_dir: str | os.PathLike[str], latest_filename: str | None = None
-) -> str | None:
-    """The path of the newest checkpoint in ``checkpoint_dir``, or ``None``.
+def _complete_names(store: Store, names: Sequence[str]) -> list[str]:
+    """Checkpoints whose manifest and data file are both listed, the newest first.
 
-    Reads the state file; when it is missing or damaged, the newest manifest in
-    the directory. Checks that the checkpoint's manifest exists, not its data
-    (restoring verifies that).
+    Decided from the listing alone, nothing read: the state file's newest (when
+    this package wrote it) first, then every other one by step, highest first.
+    A manifest whose data file is not there (yet) is left out: a copy that
+    brings the manifest first (``rsync`` copies in name order), a deletion half
+    done, or a stray file. So a directory flooded with junk manifests costs one
+    listing, not one read per file.
     """
-    if latest_filename not in (None, STATE_FILENAME):
-        raise ValueError(f"latest_filename must be {STATE_FILENAME!r}, got {latest_filename!r}")
-    store = open_store(checkpoint_dir)
-    names = store.list()
-    present = set(names)
+    manifests = {
+        file[: -len(MANIFEST_SUFFIX)]
+        for file in names
+        if file.endswith(MANIFEST_SUFFIX) and not file.startswith(".")
+    }
+    data = {file[: -len(DATA_SUFFIX)] for file in names if file.endswith(DATA_SUFFIX)}
+    steps = ((step_of(name), name) for name in manifests & data)
+    complete = sorted(((step, name) for step, name in steps if step is not None), reverse=True)
+    ordered = [name for _, name in complete]
     try:
         state = _read_state(store, names)
     except (ValueError, UnicodeDecodeError):
         state = None
     if state is not None and state.ours and state.names:
-        for name in (_relative(store, state.model_checkpoint_path), state.names[-1]):
-            if name + MANIFEST_SUFFIX in present:
-                return store.path(name)
-    listed = _manifest_names(store, names)
-    return store.path(listed[0]) if listed else None
+        named = [_relative(store, state.model_checkpoint_path), state.names[-1]]
+        first = [name for name in dict.fromkeys(named) if name in ordered]
+        ordered = first + [name for name in ordered if name not in first]
+    return ordered
+
+
+def latest_checkpoint(
+    checkpoint_dir: str | os.PathLike[str], latest_filename: str | None = None
+) -> str | None:
+    """The path of the newest checkpoint in ``checkpoint_dir``, or ``None``.
+
+    The one the state file names, when its manifest and data file are both in
+    the directory; else the newest checkpoint that has both. A manifest
+    without its data file (a copy still arriving, a checkpoint half deleted) is
+    not a checkpoint yet. Nothing is read but the listing and the state file:
+    restoring verifies the checkpoint itself.
+    """
+    if latest_filename not in (None, STATE_FILENAME):
+        raise ValueError(f"latest_filename must be {STATE_FILENAME!r}, got {latest_filename!r}")
+    store = open_store(checkpoint_dir)
+    complete = _complete_names(store, store.list())
+    return store.path(complete[0]) if complete else None
 
 
 # -- restoring ----------------------------------------------------------------------------------
@@ -850,12 +872,26 @@ class CheckpointsIterator:
     ``for path in checkpoints_iterator(d)`` or ``async for path in
     checkpoints_iterator(d)``. Stops after ``timeout`` seconds without a new
     checkpoint, unless ``timeout_fn`` (sync or async) returns ``False``.
+
+    Made to follow a directory that a trainer (or a copier) is writing: a
+    checkpoint is yielded only once its manifest and data file are both there
+    and its manifest reads and checks; one that is incomplete, damaged or
+    deleted meanwhile is "not (yet) there", skipped with one warning naming it
+    and why. A caller that cannot restore a yielded checkpoint hands it back
+    with :meth:`reject`. A skipped checkpoint is looked at again only once its
+    files change (a copy completing), so each poll costs one listing, the
+    state file, a ``stat`` of each checkpoint newer than the last one yielded
+    and a read of each manifest new or changed since the last poll.
     """
 
     __slots__ = (
         "_dir",
         "_last",
         "_last_yield",
+        "_previous",
+        "_rejected",
+        "_store",
+        "_warned",
         "min_interval_secs",
         "poll_secs",
         "timeout",
@@ -872,12 +908,83 @@ class CheckpointsIterator:
         poll_secs: float = 1.0,
     ) -> None:
         self._dir = checkpoint_dir
+        self._store = open_store(checkpoint_dir)
         self.min_interval_secs = min_interval_secs
         self.timeout = timeout
         self.timeout_fn = timeout_fn
         self.poll_secs = poll_secs
         self._last: str | None = None
+        self._previous: str | None = None
         self._last_yield: float | None = None
+        #: Checkpoints found unusable, by name: the stamps of their files then.
+        self._rejected: dict[str, tuple[object, ...]] = {}
+        #: Checkpoints already warned about, so each is named once.
+        self._warned: set[str] = set()
+
+    def reject(self, path: str, reason: str) -> None:
+        """Hand back ``path``, which could not be used: it is skipped, with one warning.
+
+        For a checkpoint this iterator yielded that then failed to restore
+        (deleted, incomplete or damaged). It counts as never yielded: an older
+        checkpoint newer than the one before it may come next, and it is
+        yielded again only if its files change (a copy that completes).
+        ``reason`` goes in the warning.
+        """
+        store, name = split_save_path(path)
+        if store.url != self._store.url or step_of(name) is None:
+            raise ValueError(
+                f"{path!r} is not a checkpoint of {self._store.url}; reject() takes a path "
+                "this iterator yielded"
+            )
+        self._skip(name, self._stamp(name), reason)
+        if path == self._last:
+            self._last = self._previous
+
+    def _stamp(self, name: str) -> tuple[object, ...]:
+        return (self._store.stamp(name + MANIFEST_SUFFIX), self._store.stamp(name + DATA_SUFFIX))
+
+    def _skip(self, name: str, stamp: tuple[object, ...], reason: str) -> None:
+        self._rejected[name] = stamp
+        if name in self._warned:
+            log.info("skipping checkpoint %s again: %s", self._store.path(name), reason)
+            return
+        self._warned.add(name)
+        log.warning("skipping checkpoint %s: %s", self._store.path(name), reason)
+
+    def _poll(self) -> str | None:
+        """The checkpoint to yield now, or ``None`` if nothing new is usable.
+
+        The newest usable checkpoint when it is not the last one yielded; past
+        the newest (unusable), only checkpoints of a later step than the last
+        one yielded, so nothing is evaluated twice.
+        """
+        store = self._store
+        names = store.list()
+        present = set(names)
+        for gone in [n for n in self._rejected if n + MANIFEST_SUFFIX not in present]:
+            del self._rejected[gone]
+        self._warned = {n for n in self._warned if n + MANIFEST_SUFFIX in present}
+        last_step = step_of(_relative(store, self._last)) if self._last is not None else None
+        for index, name in enumerate(_complete_names(store, names)):
+            path = store.path(name)
+            if path == self._last:
+                return None
+            step = step_of(name)
+            assert step is not None
+            if index and last_step is not None and step <= last_step:
+                return None
+            stamp = self._stamp(name)
+            if None in stamp or self._rejected.get(name) == stamp:
+                continue
+            try:
+                check_step_name(read_manifest(store, name))
+            except CheckpointNotFoundError:
+                continue  # deleted since the listing: a newer one is there
+            except CorruptCheckpointError as exc:
+                self._skip(name, stamp, str(exc))
+                continue
+            return path
+        return None
 
     def _rest(self) -> float:
         if self._last_yield is None:
@@ -885,7 +992,7 @@ class CheckpointsIterator:
         return max(0.0, self._last_yield + self.min_interval_secs - time.monotonic())
 
     def _found(self, path: str) -> str:
-        self._last = path
+        self._previous, self._last = self._last, path
         self._last_yield = time.monotonic()
         return path
 
@@ -895,9 +1002,14 @@ class CheckpointsIterator:
     def __next__(self) -> str:
         time.sleep(self._rest())
         while True:
-            path = wait_for_new_checkpoint(self._dir, self._last, self.poll_secs, self.timeout)
-            if path is not None:
-                return self._found(path)
+            deadline = None if self.timeout is None else time.monotonic() + self.timeout
+            while True:
+                path = self._poll()
+                if path is not None:
+                    return self._found(path)
+                if deadline is not None and time.monotonic() + self.poll_secs > deadline:
+                    break
+                time.sleep(self.poll_secs)
             if self.timeout_fn is None:
                 raise StopIteration
             done = self.timeout_fn()
@@ -914,8 +1026,8 @@ class CheckpointsIterator:
         while True:
             deadline = None if self.timeout is None else time.monotonic() + self.timeout
             while True:
-                path = await anyio.to_thread.run_sync(latest_checkpoint, self._dir)
-                if path is not None and path != self._last:
+                path = await anyio.to_thread.run_sync(self._poll)
+                if path is not None:
                     return self._found(path)
                 if deadline is not None and time.monotonic() + self.poll_secs > deadline:
                     break
@@ -943,6 +1055,8 @@ def checkpoints_iterator(
     one appears, at most once per ``min_interval_secs``, checking every
     ``poll_secs``; ends after ``timeout`` seconds without one unless
     ``timeout_fn()`` returns ``False``. Works with ``for`` and ``async for``.
+    Only complete checkpoints with a valid manifest are yielded; see
+    :class:`CheckpointsIterator` for what is skipped and :meth:`~CheckpointsIterator.reject`.
     """
     return CheckpointsIterator(
         checkpoint_dir, min_interval_secs, timeout, timeout_fn, poll_secs=poll_secs

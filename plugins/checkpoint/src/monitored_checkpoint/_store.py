@@ -175,6 +175,15 @@ class Store:
         """The size of ``name`` in bytes."""
         raise NotImplementedError
 
+    def stamp(self, name: str) -> tuple[object, ...] | None:
+        """What changes when ``name`` is replaced, grows or is rewritten; ``None`` if it is gone.
+
+        Read from the file's metadata only (nothing is opened), so a follower
+        can tell, at the cost of a ``stat``, whether a file it found unusable
+        has changed since, without reading it again.
+        """
+        raise NotImplementedError
+
     def remove(self, name: str) -> None:
         """Delete ``name``; a missing file is not an error."""
         raise NotImplementedError
@@ -275,6 +284,13 @@ class LocalStore(Store):
         with self.open_file(name) as (_, size):
             return size
 
+    def stamp(self, name: str) -> tuple[object, ...] | None:
+        try:
+            info = os.stat(os.path.join(self._dir, check_name(name, self.url)))
+        except OSError:  # gone, or a link to nowhere: unusable either way
+            return None
+        return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
     def remove(self, name: str) -> None:
         # A link is removed itself, never its target.
         with contextlib.suppress(FileNotFoundError):
@@ -353,6 +369,13 @@ class FsspecStore(Store):
     def size(self, name: str) -> int:
         return int(self._fs.size(self._full(name)))
 
+    def stamp(self, name: str) -> tuple[object, ...] | None:
+        try:
+            info = self._fs.info(self._full(name))
+        except OSError:
+            return None
+        return tuple(str(info.get(key)) for key in _STAMP_FIELDS)
+
     def remove(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._fs.rm_file(self._full(name))
@@ -378,6 +401,10 @@ def open_store(directory: str | os.PathLike[str]) -> Store:
     if "file" in _protocols(fs):
         return LocalStore(url, os.path.abspath(root))
     return FsspecStore(url, fs, root)
+
+
+#: The fields of an fsspec ``info`` that change when an object is rewritten (by backend).
+_STAMP_FIELDS: Final = ("size", "mtime", "LastModified", "last_modified", "ETag", "etag", "created")
 
 
 def _kind(name: str) -> str:
