@@ -27,7 +27,7 @@ from ._saver import latest_checkpoint as _latest_checkpoint
 from ._saver import restore as _restore
 
 if TYPE_CHECKING:
-    from monitored import TrainingConfig, TrainState
+    from monitored import Commands, TrainingConfig, TrainState
 
 __all__ = [
     "checkpoint_hooks",
@@ -37,6 +37,7 @@ __all__ = [
     "latest_checkpoint",
     "provides",
     "read_checkpoint",
+    "register_commands",
     "restore_checkpoint",
     "training_hooks",
     "training_only",
@@ -122,3 +123,10 @@ def checkpoint_hooks(
             )
         ]
     return [CheckpointRestoreHook(checkpoint_dir)]
+
+
+def register_commands(commands: Commands) -> None:
+    """``monitored checkpoint ls|show|diff|verify`` (imported only when the CLI runs)."""
+    from ._cli import register
+
+    register(commands)
