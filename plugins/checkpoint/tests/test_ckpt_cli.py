@@ -371,7 +371,7 @@ def test_verify_a_good_directory_and_one_checkpoint(
     assert _cli(capsys, "verify", run) == (0, "3 checkpoints checked: all verified\n", "")
     assert _cli(capsys, "verify", run / "model.ckpt-3") == (
         0,
-        "1 checkpoints checked: all verified\n",
+        "1 checkpoint checked: all verified\n",
         "",
     )
 

@@ -249,8 +249,9 @@ def _verify(args: argparse.Namespace) -> int:
     checked, problems = verify(args.directory)
     for problem in problems:
         print(f"problem: {problem}")
-    verdict = f"{len(problems)} problems" if problems else "all verified"
-    print(f"{len(checked)} checkpoints checked: {verdict}")
+    count = len(problems)
+    verdict = f"{count} problem{'s' * (count != 1)}" if problems else "all verified"
+    print(f"{len(checked)} checkpoint{'s' * (len(checked) != 1)} checked: {verdict}")
     return FOUND if problems else OK
 
 
