@@ -269,6 +269,26 @@ def test_a_plugin_that_fails_to_import_loses_its_commands_only(
     assert "plugin 'broken' (distribution monitored-broken 1.0) failed to import" in out
 
 
+def test_running_a_command_imports_no_plugin_after_the_one_that_adds_it(
+    fake_plugin: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_plugin("greet", GREET_PLUGIN)
+    fake_plugin("later", "raise ImportError('imported after greet')\n")
+    assert main(["greet", "hello"]) == 0
+    assert capsys.readouterr().err == ""
+    assert "fake_later_plugin" not in sys.modules
+    # The full list (help, an unknown command) imports every plugin.
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "imported after greet" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["nothing"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "imported after greet" in err
+    assert "invalid choice: 'nothing'" in err
+
+
 def test_a_plugin_that_raises_while_registering_loses_what_it_added(
     fake_plugin: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -335,9 +355,10 @@ def test_two_plugins_cannot_add_the_same_command(
 ) -> None:
     fake_plugin("greet", GREET_PLUGIN)
     fake_plugin("zz-greet", GREET_PLUGIN.replace("say hello", "say it again"))
-    assert main(["greet", "hello"]) == 0
+    with pytest.raises(SystemExit):
+        main(["--help"])
     captured = capsys.readouterr()
-    assert captured.out == "hello world\n"
+    assert "say hello from a plugin [plugin 'greet'" in " ".join(captured.out.split())
     err = " ".join(captured.err.split())
     assert (
         "plugin 'zz-greet' (distribution monitored-zz-greet 1.0), hook 'register_commands': " in err

@@ -176,7 +176,10 @@ def _wrapped(text: str, indent: str, subsequent: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``monitored`` console script."""
-    found, errors = plugin_commands({"plugins": "monitored itself"})
+    argv = sys.argv[1:] if argv is None else list(argv)
+    core = {"plugins": "monitored itself"}
+    wanted = argv[0] if argv and argv[0] not in core and not argv[0].startswith("-") else None
+    found, errors = plugin_commands(core, wanted)
     for error in errors:
         print(_wrapped(f"monitored: warning: {error}", "", "  "), file=sys.stderr)
     parser = argparse.ArgumentParser(
