@@ -24,7 +24,7 @@ With ``--show``, only how fast ``monitored checkpoint show`` answers for a
 checkpoint of ``--size-gb`` GB in ``--arrays`` arrays (1000 in that mode: one
 megabyte each) without ``--stats``, which reads the manifest alone: the real
 command as a subprocess against ``monitored --version`` (the same interpreter
-start and plugin loading, reading nothing) and against Python importing NumPy
+start with every plugin imported, reading nothing) and against Python importing NumPy
 and ``monitored`` alone (what any command of this stack pays first), and
 in-process against
 ``safetensors.safe_open`` listing the same file's names, dtypes and shapes from
