@@ -369,6 +369,21 @@ def test_two_plugins_cannot_add_the_same_command(
     )
 
 
+def test_two_distributions_of_one_plugin_name_give_an_error_and_the_first_commands(
+    fake_plugin: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_plugin("greet", GREET_PLUGIN, dist="monitored-greet")
+    fake_plugin("greet", GREET_PLUGIN, dist="other-greet")
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    captured = capsys.readouterr()
+    assert "[plugin 'greet', monitored-greet 1.0]" in " ".join(captured.out.split())
+    assert " ".join(captured.err.split()) == (
+        "monitored: warning: two installed distributions register a monitored plugin named "
+        "'greet': monitored-greet and other-greet; uninstall one of them"
+    )
+
+
 def test_a_disabled_plugin_adds_no_command_and_is_not_imported(
     fake_plugin: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -261,6 +261,20 @@ def test_show_of_something_that_is_no_checkpoint(
     assert err.startswith("monitored checkpoint show: error: bad\0path is neither a checkpoint")
 
 
+def test_an_operating_system_error_is_one_line_with_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A directory that is a symbolic link to itself cannot be listed (ELOOP).
+    (tmp_path / "loop").symlink_to("loop")
+    for command in ("show", "verify"):
+        status, out, err = _cli(capsys, command, tmp_path / "loop" / "model.ckpt-1")
+        assert (status, out) == (2, "")
+        assert err == (
+            f"monitored checkpoint {command}: error: OSError: [Errno 40] Too many levels of "
+            f"symbolic links: '{tmp_path / 'loop'}'\n"
+        )
+
+
 # -- the Python functions (TF1's list_variables, load_variable) -----------------------------------
 def test_load_variable_and_list_variables(run: Path) -> None:
     state = _state()
