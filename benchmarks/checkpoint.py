@@ -20,6 +20,16 @@ arrays, in one process and against baselines taken in the same run:
   snapshot buffers, later ones reuse them. Also how much slower the steps that
   run while the write is in flight are.
 
+With ``--show``, only how fast ``monitored checkpoint show`` answers for a
+checkpoint of ``--size-gb`` GB in ``--arrays`` arrays (1000 in that mode: one
+megabyte each) without ``--stats``, which reads the manifest alone: the real
+command as a subprocess against ``monitored --version`` (the same interpreter
+start with every plugin imported, reading nothing) and against Python importing NumPy
+and ``monitored`` alone (what any command of this stack pays first), and
+in-process against
+``safetensors.safe_open`` listing the same file's names, dtypes and shapes from
+its header; ``show --stats`` (every byte read and checksummed) for contrast.
+
 Repeats alternate the contenders so a slow spell of the shared machine hits
 both; the table gives medians and min-max. Files go to a temporary directory
 under ``--dir`` (default: the system's temp dir), removed at the end.
@@ -27,16 +37,20 @@ under ``--dir`` (default: the system's temp dir), removed at the end.
 Usage::
 
     python benchmarks/checkpoint.py [--size-gb 1] [--arrays 16] [--repeats 5] [--dir DIR]
+    python benchmarks/checkpoint.py --show [--size-gb 1] [--arrays 1000] [--repeats 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import platform
 import shlex
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -249,6 +263,94 @@ def _row(label: str, values: list[float], nbytes: int) -> str:
     )
 
 
+def _in_process_show(argv: list[str]) -> None:
+    from monitored._cli import main as monitored_main
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        status = monitored_main(argv)
+    assert status == 0, argv
+
+
+def _safetensors_header(path: str) -> None:
+    from safetensors import safe_open
+
+    with safe_open(path, "np") as file:
+        for name in file.keys():  # noqa: SIM118 - safe_open is not a mapping
+            view = file.get_slice(name)
+            view.get_dtype(), view.get_shape()
+
+
+def _command(*argv: str) -> None:
+    script = str(Path(sys.executable).with_name("monitored"))
+    subprocess.run([script, *argv], check=True, stdout=subprocess.DEVNULL)
+
+
+def _python(code: str) -> None:
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def bench_show(size_gb: float, count: int, root: Path, repeats: int) -> dict[str, list[float]]:
+    """Seconds of ``monitored checkpoint show`` of one checkpoint, and of its baselines."""
+    # Zeros: calloc'd pages the save writes without a copy (quick to make, real bytes).
+    each = int(size_gb * 1e9) // count // 4
+    state = TrainState({f"layer{i:04d}/w": np.zeros(each, np.float32) for i in range(count)})
+    path = Saver().save(state, f"{root}/model.ckpt")
+    data = f"{path}.safetensors"
+    contenders: dict[str, Callable[[], None]] = {
+        "python -c 'import numpy' (subprocess)": partial(_python, "import numpy"),
+        "python -c 'import monitored' (subprocess)": partial(_python, "import monitored"),
+        "monitored --version (subprocess)": partial(_command, "--version"),
+        "monitored checkpoint show (subprocess)": partial(_command, "checkpoint", "show", path),
+        "safetensors safe_open header (in-process)": partial(_safetensors_header, data),
+        "checkpoint show (in-process)": partial(_in_process_show, ["checkpoint", "show", path]),
+    }
+    times: dict[str, list[float]] = {label: [] for label in contenders}
+    stats: list[float] = []
+    for _ in range(repeats):
+        for label, fn in contenders.items():
+            times[label].append(_timed(fn))
+    for _ in range(min(repeats, 3)):
+        stats.append(_timed(partial(_in_process_show, ["checkpoint", "show", "--stats", path])))
+    times["checkpoint show --stats (in-process)"] = stats
+    times["checkpoint file bytes"] = [float(Path(data).stat().st_size)]
+    return times
+
+
+def show_main(args: argparse.Namespace) -> None:
+    count = args.arrays if args.arrays != 16 else 1000
+    with _scratch(args.dir) as root:
+        times = bench_show(args.size_gb, count, root, args.repeats)
+    nbytes = times.pop("checkpoint file bytes")[0]
+    print(f"Command: {shlex.join([Path(sys.executable).name, *sys.argv])}")
+    print(
+        f"Machine: {os.cpu_count()} cores, {platform.machine()}, {platform.system()} "
+        f"{platform.release()}, Python {platform.python_version()}, NumPy {np.__version__}"
+    )
+    print(f"Checkpoint: {nbytes / 1e9:.2f} GB in {count} arrays; {args.repeats} repeats")
+    print()
+    print("| operation | median | range |")
+    print("|---|---|---|")
+    med = {}
+    for label, values in times.items():
+        med[label] = statistics.median(values)
+        print(f"| {label} | {med[label]:.3f} s | {min(values):.3f} to {max(values):.3f} s |")
+    print()
+    show = med["monitored checkpoint show (subprocess)"]
+    start = med["monitored --version (subprocess)"]
+    inner = med["checkpoint show (in-process)"]
+    header = med["safetensors safe_open header (in-process)"]
+    numpy_start = med["python -c 'import numpy' (subprocess)"]
+    print(
+        f"monitored checkpoint show answers in {show:.3f} s (target <= 1 s): "
+        f"{show / start:.2f}x monitored --version ({start:.3f} s), "
+        f"{show / numpy_start:.2f}x python -c 'import numpy' ({numpy_start:.3f} s)"
+    )
+    print(
+        f"in-process: {inner * 1e3:.1f} ms = {inner / header:.2f}x safetensors reading the "
+        f"header ({header * 1e3:.1f} ms)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-gb", type=float, default=1.0)
@@ -256,7 +358,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--saves", type=int, default=5, help="async saves in the stall run")
     parser.add_argument("--dir", default=None, help="parent of the scratch directory")
+    parser.add_argument(
+        "--show", action="store_true", help="only time monitored checkpoint show (see above)"
+    )
     args = parser.parse_args()
+    if args.show:
+        show_main(args)
+        return
 
     arrays = _make_arrays(args.size_gb, args.arrays)
     nbytes = sum(a.nbytes for a in arrays.values())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -178,3 +179,274 @@ def test_plugins_shows_disabled_plugins_without_importing_them(
     row = capsys.readouterr().out.splitlines()[1]
     assert row.split()[0] == "broken"
     assert row.endswith("disabled by MONITORED_DISABLE_PLUGINS")
+
+
+# -- commands added by plugins (the register_commands hook) -----------------------------------------
+GREET_PLUGIN = """
+import argparse
+
+def register_commands(commands):
+    group = commands.add_parser("greet", help="say hello from a plugin")
+    sub = group.add_subparsers(dest="what")
+    hello = sub.add_parser("hello")
+    hello.add_argument("--name", default="world")
+    hello.add_argument("--status", type=int, default=0)
+    hello.set_defaults(handler=_hello)
+    later = sub.add_parser("later")
+    later.set_defaults(handler=_later)
+
+def _hello(args):
+    print(f"hello {args.name}")
+    return args.status
+
+async def _later(args):
+    import anyio
+    await anyio.sleep(0)
+    print("awaited")
+"""
+
+
+def test_a_plugin_adds_a_command_group_that_runs_with_its_arguments(
+    fake_plugin: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_plugin("greet", GREET_PLUGIN)
+    assert main(["greet", "hello", "--name", "plugins"]) == 0
+    assert capsys.readouterr().out == "hello plugins\n"
+    assert main(["greet", "hello", "--status", "3"]) == 3  # the handler's exit status
+    assert main(["greet", "later"]) == 0  # an async def handler is awaited
+    assert capsys.readouterr().out == "hello world\nawaited\n"
+
+
+def test_help_lists_plugin_commands_with_the_plugin_that_adds_them(
+    fake_plugin: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_plugin("greet", GREET_PLUGIN, version="2.5")
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "greet say hello from a plugin [plugin 'greet', monitored-greet 2.5]" in out
+    assert "plugins list installed plugins" in out
+
+
+def test_options_after_a_plugin_command_go_to_its_own_parser(
+    fake_plugin: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_plugin("greet", GREET_PLUGIN)
+    with pytest.raises(SystemExit) as info:
+        main(["greet", "hello", "--help"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: monitored greet hello [-h] [--name NAME]")
+    with pytest.raises(SystemExit) as info:
+        main(["greet", "hello", "--nmae", "x"])
+    assert info.value.code == 2
+    assert "unrecognized arguments: --nmae" in capsys.readouterr().err
+
+
+def test_a_group_called_without_a_subcommand_prints_its_help_with_status_2(
+    fake_plugin: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_plugin("greet", GREET_PLUGIN)
+    assert main(["greet"]) == 2
+    assert capsys.readouterr().err.startswith("usage: monitored greet [-h] {hello,later}")
+
+
+def test_a_plugin_that_fails_to_import_loses_its_commands_only(
+    fake_plugin: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_plugin("broken", "raise ImportError('nope')\n")
+    fake_plugin("greet", GREET_PLUGIN)
+    assert main(["greet", "hello"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "hello world\n"
+    err = " ".join(captured.err.split())  # wrapped to 100 columns
+    assert err.startswith("monitored: warning: plugin 'broken' (distribution")
+    assert "failed to import 'fake_broken_plugin': ImportError: nope" in err
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "unavailable (these plugins' commands are left out):" in out
+    assert "plugin 'broken' (distribution monitored-broken 1.0) failed to import" in out
+
+
+def test_running_a_command_imports_no_plugin_after_the_one_that_adds_it(
+    fake_plugin: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_plugin("greet", GREET_PLUGIN)
+    fake_plugin("later", "raise ImportError('imported after greet')\n")
+    assert main(["greet", "hello"]) == 0
+    assert capsys.readouterr().err == ""
+    assert "fake_later_plugin" not in sys.modules
+    # The full list (help, an unknown command) imports every plugin.
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "imported after greet" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["nothing"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "imported after greet" in err
+    assert "invalid choice: 'nothing'" in err
+
+
+def test_a_plugin_that_raises_while_registering_loses_what_it_added(
+    fake_plugin: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_plugin(
+        "halfway",
+        "def register_commands(commands):\n"
+        "    commands.add_parser('half', help='never complete')\n"
+        "    raise RuntimeError('lost my way')\n",
+    )
+    fake_plugin("greet", GREET_PLUGIN)
+    with pytest.raises(SystemExit) as info:
+        main(["half"])
+    assert info.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        "monitored: warning: plugin 'halfway' (distribution monitored-halfway 1.0): hook "
+        "'register_commands' raised RuntimeError: lost my way (at " in err
+    )
+    assert "fake_halfway_plugin.py:3); its commands are left out" in err
+    assert "invalid choice: 'half'" in err
+    assert main(["greet", "hello"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        (
+            "def register_commands(commands):\n    commands.add_parser('plugins', help='x')\n",
+            "command 'plugins' is already added by monitored itself",
+        ),
+        (
+            "def register_commands(commands):\n    commands.add_parser('Bad Name', help='x')\n",
+            "command name 'Bad Name' is not lowercase letters, digits and dashes",
+        ),
+        (
+            "def register_commands(commands):\n    commands.add_parser('quiet', help=' ')\n",
+            "command 'quiet' has no help line (add_parser('quiet', help='...'))",
+        ),
+        (
+            "def register_commands(commands):\n"
+            "    commands.add_parser('twice', help='x')\n"
+            "    commands.add_parser('twice', help='x')\n",
+            "command 'twice' is already added by plugin 'odd' (distribution monitored-odd 1.0)",
+        ),
+        (
+            "async def register_commands(commands):\n    commands.add_parser('late', help='x')\n",
+            "hook 'register_commands' returned an awaitable; it is called synchronously",
+        ),
+    ],
+    ids=["core-name", "bad-name", "no-help", "twice", "async"],
+)
+def test_a_refused_command_names_the_plugin_and_why(
+    fake_plugin: Any, capsys: pytest.CaptureFixture[str], source: str, problem: str
+) -> None:
+    fake_plugin("odd", source)
+    assert main(["plugins", "--json"]) == 0  # the core's own command still works
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith("monitored: warning: plugin 'odd' (distribution monitored-odd 1.0)")
+    assert problem in err
+
+
+def test_two_plugins_cannot_add_the_same_command(
+    fake_plugin: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_plugin("greet", GREET_PLUGIN)
+    fake_plugin("zz-greet", GREET_PLUGIN.replace("say hello", "say it again"))
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    captured = capsys.readouterr()
+    assert "say hello from a plugin [plugin 'greet'" in " ".join(captured.out.split())
+    err = " ".join(captured.err.split())
+    assert (
+        "plugin 'zz-greet' (distribution monitored-zz-greet 1.0), hook 'register_commands': " in err
+    )
+    assert (
+        "command 'greet' is already added by plugin 'greet' (distribution monitored-greet 1.0)"
+        in err
+    )
+
+
+def test_two_distributions_of_one_plugin_name_give_an_error_and_the_first_commands(
+    fake_plugin: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_plugin("greet", GREET_PLUGIN, dist="monitored-greet")
+    fake_plugin("greet", GREET_PLUGIN, dist="other-greet")
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    captured = capsys.readouterr()
+    assert "[plugin 'greet', monitored-greet 1.0]" in " ".join(captured.out.split())
+    assert " ".join(captured.err.split()) == (
+        "monitored: warning: two installed distributions register a monitored plugin named "
+        "'greet': monitored-greet and other-greet; uninstall one of them"
+    )
+
+
+def test_a_disabled_plugin_adds_no_command_and_is_not_imported(
+    fake_plugin: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_plugin("greet", GREET_PLUGIN)
+    fake_plugin("broken", "raise ImportError('must not be imported')\n")
+    monkeypatch.setenv("MONITORED_DISABLE_PLUGINS", "greet,broken")
+    with pytest.raises(SystemExit) as info:
+        main(["greet", "hello"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'greet'" in err
+    assert "must not be imported" not in err
+
+
+def test_a_plugin_without_register_commands_adds_nothing(
+    fake_plugin: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_plugin("progress", "def before_run(): pass\n")
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert "unavailable" not in captured.out
+
+
+def test_register_commands_is_never_called_by_a_session(fake_plugin: Any) -> None:
+    import anyio
+    import numpy as np
+
+    import monitored
+
+    fake_plugin(
+        "greet",
+        "def register_commands(commands):\n    raise AssertionError('called in a session')\n"
+        "def before_run(): pass\n",
+    )
+
+    def step(state: monitored.TrainState) -> None:
+        state.global_step += 1
+
+    async def train() -> int:
+        state = monitored.TrainState({"w": np.zeros(1)}, seed=0)
+        async with monitored.MonitoredSession(
+            state, hooks=[monitored.StopAtStepHook(last_step=2)]
+        ) as sess:
+            while not sess.should_stop():
+                await sess.run(step)
+        return state.global_step
+
+    assert anyio.run(train) == 2
+
+
+def test_the_monitored_script_lists_and_runs_an_installed_plugins_commands() -> None:
+    # The real console script, with the plugins of this repository installed.
+    script = Path(sys.executable).with_name("monitored")
+    done = subprocess.run([str(script), "--help"], capture_output=True, text=True, check=True)
+    assert done.stderr == ""
+    help_text = " ".join(done.stdout.split())
+    assert (
+        "checkpoint look inside checkpoints: ls, show, diff, verify [plugin 'checkpoint', monitored-checkpoint "
+        in help_text
+    )
+    done = subprocess.run(
+        [str(script), "checkpoint", "--help"], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.startswith("usage: monitored checkpoint [-h] COMMAND ...")

@@ -19,6 +19,7 @@ from ._core._basic_hooks import (
     StopAtStepHook,
 )
 from ._core._cluster import Cluster, ClusterSpec, LocalCluster
+from ._core._commands import Commands
 from ._core._config import TrainingConfig
 from ._core._coordinator import Coordinator, LooperThread
 from ._core._errors import (
@@ -136,6 +137,7 @@ __all__ = [
     "BackgroundSpan",
     "Cluster",
     "ClusterSpec",
+    "Commands",
     "Coordinator",
     "DamagedCheckpointError",
     "DeadlineExceededError",

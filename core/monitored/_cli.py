@@ -1,12 +1,15 @@
 """The ``monitored`` command: ``monitored plugins [--verbose] [--json]`` lists installed plugins.
 
 Also ``python -m monitored``. The table fits :data:`WIDTH` columns: each plugin's
-hooks (a long list) are shown with ``--verbose``, wrapped.
+hooks (a long list) are shown with ``--verbose``, wrapped. Installed plugins add
+their own commands (``monitored checkpoint ...``) through the ``register_commands``
+hook; ``monitored --help`` lists them with the plugin that adds each.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 import textwrap
@@ -18,6 +21,7 @@ import anyio
 from . import __version__
 from ._core._calling import CallPlan
 from ._core._capabilities import provides_of
+from ._core._commands import PluginCommand, plugin_commands
 from ._core._errors import PluginError
 from ._core._options import OPTIONS_ENV
 from ._core._plugins import (
@@ -34,6 +38,9 @@ __all__ = ["WIDTH", "main"]
 WIDTH: Final = 100
 
 
+_MAIN_DESCRIPTION = (
+    "List the installed monitored plugins (monitored plugins) and run the commands they add."
+)
 _DESCRIPTION = (
     "List the installed monitored plugins: their distributions, versions, the capability "
     "each provides, the options each accepts and (--verbose) the hooks each implements."
@@ -169,21 +176,77 @@ def _wrapped(text: str, indent: str, subsequent: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``monitored`` console script."""
-    parser = argparse.ArgumentParser(prog="monitored", description=_DESCRIPTION)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    core = {"plugins": "monitored itself"}
+    wanted = argv[0] if argv and argv[0] not in core and not argv[0].startswith("-") else None
+    found, errors = plugin_commands(core, wanted)
+    for error in errors:
+        print(_wrapped(f"monitored: warning: {error}", "", "  "), file=sys.stderr)
+    parser = argparse.ArgumentParser(
+        prog="monitored",
+        description=_MAIN_DESCRIPTION,
+        epilog=_unavailable(errors),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"monitored {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(
+        dest="command", required=True, title="commands", metavar="COMMAND"
+    )
     plugins = commands.add_parser(
-        "plugins", help="list installed plugins with their versions, hooks and options"
+        "plugins",
+        help="list installed plugins with their versions, hooks and options",
+        description=_DESCRIPTION,
     )
     plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")
     plugins.add_argument(
         "-v", "--verbose", action="store_true", help="also list the hooks each plugin implements"
     )
     plugins.set_defaults(handler=_plugins_command)
+    for command in found:
+        info = command.plugin
+        # Everything after the name goes to the plugin's own parser, options included.
+        entry = commands.add_parser(
+            command.name,
+            help=f"{command.help} [plugin {info.name!r}, {info.distribution} {info.version}]",
+            add_help=False,
+            prefix_chars="\0",
+        )
+        entry.add_argument("arguments", nargs=argparse.REMAINDER)
+        entry.set_defaults(handler=_plugin_handler(command))
     args = parser.parse_args(argv)
-    handler = args.handler
-    result: int = handler(args)
-    return result
+    return _run(args.handler, args)
+
+
+def _plugin_handler(command: PluginCommand) -> Any:
+    def handle(args: argparse.Namespace) -> int:
+        own = command.parser.parse_args(args.arguments)
+        if own.handler is None:  # a group called without one of its subcommands
+            command.parser.print_help(sys.stderr)
+            return 2
+        return _run(own.handler, own)
+
+    return handle
+
+
+def _run(handler: Any, args: argparse.Namespace) -> int:
+    """Call ``handler(args)``; an awaitable result is awaited under ``anyio.run``."""
+    result = handler(args)
+    if inspect.isawaitable(result):
+        result = anyio.run(_wait, result)
+    return 0 if result is None else int(result)
+
+
+async def _wait(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _unavailable(errors: Sequence[PluginError]) -> str | None:
+    """The help's note on plugins whose commands are missing, and why."""
+    if not errors:
+        return None
+    lines = ["unavailable (these plugins' commands are left out):"]
+    lines += [_wrapped(str(error), "  ", "    ") for error in errors]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":  # pragma: no cover

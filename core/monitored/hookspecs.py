@@ -28,6 +28,7 @@ from ._core._markers import hookspec
 
 if TYPE_CHECKING:
     from ._core._cluster import Cluster
+    from ._core._commands import Commands
     from ._core._config import TrainingConfig
     from ._core._coordinator import Coordinator
     from ._core._options import Option
@@ -53,6 +54,7 @@ __all__ = [
     "load_plugin_state",
     "plugin_state",
     "read_checkpoint",
+    "register_commands",
     "restore_checkpoint",
     "restore_state",
     "summary_hooks",
@@ -225,6 +227,24 @@ def after_evaluate(session: MonitoredSession, step: int, metrics: Mapping[str, f
     ``EvaluationHook`` calls it): early stopping, progress and summaries plugins
     react to evaluation results here. The evaluation has already handed the same
     values to the summary sinks of its own session (``<model_dir>/eval``).
+    """
+
+
+# --- the command line ------------------------------------------------------------------
+
+
+@hookspec
+def register_commands(commands: Commands) -> None:
+    """Add commands to the ``monitored`` command line (``monitored checkpoint ls DIR``).
+
+    Called on each installed plugin that is not disabled, each time ``monitored``
+    runs (never in a session). ``commands.add_parser(name, help=...)`` adds the
+    command ``monitored <name>`` and returns its :class:`argparse.ArgumentParser`:
+    add arguments or subcommands to it and set what runs with
+    ``set_defaults(handler=fn)``; ``fn(args)`` returns the exit status.
+    ``monitored --help`` lists each command with the plugin that adds it. A
+    plugin that fails to import or raises here loses its commands only, with an
+    error naming it; a name another plugin or the core has is refused.
     """
 
 

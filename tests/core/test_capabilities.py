@@ -196,6 +196,24 @@ def training_hooks(config):
         return None
     return [Saver(config.checkpoint_dir)]
 
+class Follower:  # new checkpoints as they appear, with reject() for unusable ones
+    def __init__(self, checkpoint_dir, timeout):
+        self.checkpoint_dir, self.timeout, self.seen = checkpoint_dir, timeout, set()
+    def __aiter__(self):
+        return self
+    async def __anext__(self):
+        path = latest_checkpoint(self.checkpoint_dir)
+        if path is None or path in self.seen:
+            raise StopAsyncIteration  # timeout=0 in these tests: one look
+        self.seen.add(path)
+        return path
+    def reject(self, path, reason):
+        CALLS.append("reject")
+
+def checkpoints_iterator(checkpoint_dir, min_interval_secs, timeout, timeout_fn, poll_secs):
+    CALLS.append("checkpoints_iterator")
+    return Follower(checkpoint_dir, timeout)
+
 def checkpoint_saver(saver):
     CALLS.append("checkpoint_saver")
     if saver is not None:
@@ -253,9 +271,12 @@ async def test_a_third_party_checkpoint_provider_serves_the_evaluation_and_warm_
     fresh = TrainState({"w": np.zeros(2, np.float32)})
     assert warm_start(fresh, str(tmp_path), ["w"]) == {"w": "w"}
     np.testing.assert_array_equal(fresh["w"], [4, 4])
-    assert {"latest_checkpoint", "restore_checkpoint", "read_checkpoint"} <= set(
-        fake_checkpoints.CALLS
-    )
+    assert {
+        "checkpoints_iterator",
+        "latest_checkpoint",
+        "restore_checkpoint",
+        "read_checkpoint",
+    } <= set(fake_checkpoints.CALLS)
 
 
 async def test_a_third_party_checkpoint_provider_serves_the_supervisor(

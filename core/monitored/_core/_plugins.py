@@ -45,6 +45,7 @@ __all__ = [
     "disabled_from_env",
     "installed_plugin_names",
     "installed_plugins",
+    "load_entry_point",
 ]
 
 log = logging.getLogger("monitored")
@@ -160,34 +161,43 @@ def installed_plugins(
     for ep in sorted(entry_points, key=lambda ep: (ep.name, _distribution(ep))):
         if ep.name in skip:
             continue
-        dist_name, version = _distribution(ep)
         if ep.name in found:
             other = found[ep.name]
             raise PluginLoadError(
                 f"two installed distributions register a monitored plugin named {ep.name!r}: "
-                f"{other.distribution} and {dist_name}; uninstall one of them",
+                f"{other.distribution} and {_distribution(ep)[0]}; uninstall one of them",
                 plugin=ep.name,
-                distribution=dist_name,
+                distribution=_distribution(ep)[0],
             )
-        try:
-            plugin = ep.load()
-        except Exception as exc:
-            raise PluginLoadError(
-                f"plugin {ep.name!r} (distribution {dist_name} {version}) failed to import "
-                f"{ep.value!r}: {type(exc).__name__}: {exc}. To run without it, set "
-                f"{DISABLE_ENV}={ep.name} (or pip uninstall {dist_name})",
-                plugin=ep.name,
-                distribution=dist_name,
-            ) from exc
-        if inspect.isclass(plugin):
-            raise PluginLoadError(
-                f"plugin {ep.name!r} (distribution {dist_name} {version}): entry point "
-                f"{ep.value!r} names a class; point it at a module or an instance",
-                plugin=ep.name,
-                distribution=dist_name,
-            )
-        found[ep.name] = PluginInfo(ep.name, plugin, dist_name, version, "entry point")
+        found[ep.name] = load_entry_point(ep)
     return list(found.values())
+
+
+def load_entry_point(ep: importlib.metadata.EntryPoint) -> PluginInfo:
+    """Import the plugin of one entry point of the ``monitored`` group.
+
+    Raises :class:`PluginLoadError` naming the plugin and its distribution when
+    the import fails or the entry point names a class.
+    """
+    dist_name, version = _distribution(ep)
+    try:
+        plugin = ep.load()
+    except Exception as exc:
+        raise PluginLoadError(
+            f"plugin {ep.name!r} (distribution {dist_name} {version}) failed to import "
+            f"{ep.value!r}: {type(exc).__name__}: {exc}. To run without it, set "
+            f"{DISABLE_ENV}={ep.name} (or pip uninstall {dist_name})",
+            plugin=ep.name,
+            distribution=dist_name,
+        ) from exc
+    if inspect.isclass(plugin):
+        raise PluginLoadError(
+            f"plugin {ep.name!r} (distribution {dist_name} {version}): entry point "
+            f"{ep.value!r} names a class; point it at a module or an instance",
+            plugin=ep.name,
+            distribution=dist_name,
+        )
+    return PluginInfo(ep.name, plugin, dist_name, version, "entry point")
 
 
 _warned_env: set[frozenset[str]] = set()

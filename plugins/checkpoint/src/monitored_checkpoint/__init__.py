@@ -28,7 +28,7 @@ from ._errors import (
 )
 from ._format import FORMAT_VERSION, Manifest, read_manifest
 from ._hook import CheckpointRestoreHook, CheckpointSaverHook, CheckpointSaverListener
-from ._reader import list_variables, read_checkpoint, resolve_checkpoint
+from ._reader import list_variables, load_variable, read_checkpoint, resolve_checkpoint
 from ._saver import (
     CheckpointsIterator,
     CheckpointState,
@@ -75,6 +75,7 @@ __all__ = [
     "checkpoints_iterator",
     "latest_checkpoint",
     "list_variables",
+    "load_variable",
     "read_checkpoint",
     "read_manifest",
     "resolve_checkpoint",

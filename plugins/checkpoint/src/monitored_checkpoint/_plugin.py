@@ -34,7 +34,7 @@ from ._saver import latest_checkpoint as _latest_checkpoint
 from ._saver import restore as _restore
 
 if TYPE_CHECKING:
-    from monitored import TrainingConfig, TrainState
+    from monitored import Commands, TrainingConfig, TrainState
 
 __all__ = [
     "checkpoint_hooks",
@@ -45,6 +45,7 @@ __all__ = [
     "latest_checkpoint",
     "provides",
     "read_checkpoint",
+    "register_commands",
     "restore_checkpoint",
     "training_hooks",
     "training_only",
@@ -163,3 +164,10 @@ def _saver(options: Any) -> Saver:
             plugin="checkpoint",
         )
     return Saver(max_to_keep=keep, keep_checkpoint_every_n_hours=hours)
+
+
+def register_commands(commands: Commands) -> None:
+    """``monitored checkpoint ls|show|diff|verify`` (imported only when the CLI runs)."""
+    from ._cli import register
+
+    register(commands)

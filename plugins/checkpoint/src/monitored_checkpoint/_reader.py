@@ -9,17 +9,18 @@ directory, sizes and CRC-32 checked before anything is used).
 
 from __future__ import annotations
 
+import difflib
 import os
 from typing import Any
 
 import numpy as np
 
-from ._errors import CheckpointNotFoundError
+from ._errors import CheckpointError, CheckpointNotFoundError
 from ._format import MANIFEST_SUFFIX, Manifest, check_step_name, read_arrays, read_manifest
 from ._saver import latest_checkpoint, split_save_path
 from ._store import open_store
 
-__all__ = ["list_variables", "read_checkpoint", "resolve_checkpoint"]
+__all__ = ["list_variables", "load_variable", "read_checkpoint", "resolve_checkpoint"]
 
 
 def resolve_checkpoint(ckpt_dir_or_file: str | os.PathLike[str]) -> str:
@@ -76,3 +77,21 @@ def list_variables(ckpt_dir_or_file: str | os.PathLike[str]) -> list[tuple[str, 
     manifest = read_manifest(store, name)
     check_step_name(manifest)
     return sorted((n, info.shape) for n, info in manifest.arrays.items())
+
+
+def load_variable(ckpt_dir_or_file: str | os.PathLike[str], name: str) -> np.ndarray[Any, Any]:
+    """The array ``name`` of a checkpoint or a directory's newest, as NumPy (TF1's function).
+
+    The checkpoint is read and verified whole (its CRC-32 covers the data file,
+    not each array), then every other array is dropped. A name the checkpoint
+    does not hold is a :class:`CheckpointError` listing the close ones.
+    """
+    manifest, arrays = read_checkpoint(ckpt_dir_or_file)
+    if name not in arrays:
+        close = difflib.get_close_matches(name, list(arrays), n=3)
+        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+        raise CheckpointError(
+            f"checkpoint {manifest.path} (step {manifest.step}) holds no array {name!r}"
+            f"{hint} ({len(arrays)} arrays: monitored checkpoint show {manifest.path})"
+        )
+    return arrays[name]

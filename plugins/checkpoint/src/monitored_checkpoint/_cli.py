@@ -1,0 +1,287 @@
+"""``monitored checkpoint ls|show|diff|verify``: the plugin's commands.
+
+Registered through the ``register_commands`` hook (see ``_plugin``). Exit
+statuses: 0 when all is well (``diff``: the checkpoints are equal), 1 when
+something was found (``diff``: they differ; ``verify`` and ``ls``: a problem),
+2 when the command could not do what was asked (a path that is not a
+checkpoint, a refused file). Errors are one line on stderr naming the file and
+what is wrong, never a traceback: everything is read through the plugin's own
+hardened reader (see ``_inspect``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+
+from ._errors import CheckpointError
+from ._format import _ITEMSIZE, check_step_name, read_manifest
+from ._inspect import ArrayStats, array_stats, diff_checkpoints, list_checkpoints, verify
+from ._reader import load_variable, read_checkpoint, resolve_checkpoint
+from ._saver import split_save_path
+
+if TYPE_CHECKING:
+    from monitored import Commands
+
+__all__ = ["register"]
+
+#: Exit statuses.
+OK: Final = 0
+FOUND: Final = 1
+ERROR: Final = 2
+
+_Command = Callable[[argparse.Namespace], int]
+
+
+def register(commands: Commands) -> None:
+    """Add ``monitored checkpoint`` and its subcommands to the command line."""
+    group = commands.add_parser(
+        "checkpoint",
+        help="look inside checkpoints: ls, show, diff, verify",
+        description="Look inside monitored-checkpoint checkpoints and directories of them. "
+        "Exit status: 0 all well, 1 something found (a difference, a problem), 2 an error.",
+    )
+    sub = group.add_subparsers(title="commands", metavar="COMMAND", dest="subcommand")
+    ls = sub.add_parser(
+        "ls",
+        help="the checkpoints of a directory",
+        description="The checkpoints of DIR, oldest first: step, when written, size on disk, "
+        "number of arrays, which is newest (restored first) and which are kept forever "
+        "(past max_to_keep, never rotated away). Reads the manifests only.",
+    )
+    ls.add_argument("directory", metavar="DIR")
+    ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ls.set_defaults(handler=_guarded(_ls))
+    show = sub.add_parser(
+        "show",
+        help="the arrays of a checkpoint (TF1's list_variables, load_variable)",
+        description="Every array of a checkpoint (PATH, or a directory's newest): name, dtype, "
+        "shape and bytes, from its manifest alone, and the plugin states it holds. --stats "
+        "and --array read and verify the whole checkpoint.",
+    )
+    show.add_argument("path", metavar="PATH")
+    show.add_argument(
+        "--stats", action="store_true", help="also min, max, mean and NaN count of each array"
+    )
+    show.add_argument("--array", metavar="NAME", help="print the values of array NAME")
+    show.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    show.set_defaults(handler=_guarded(_show))
+    diff = sub.add_parser(
+        "diff",
+        help="compare two checkpoints (exit 0 when equal)",
+        description="Compare checkpoints A and B (or directories' newest): arrays only in one, "
+        "dtypes or shapes that differ, the largest absolute difference of each array, and the "
+        "step, RNG and plugin states. Exit status 0 when restoring either gives the same "
+        "state bit for bit, 1 when they differ, 2 on an error.",
+    )
+    diff.add_argument("a", metavar="A")
+    diff.add_argument("b", metavar="B")
+    diff.set_defaults(handler=_guarded(_diff))
+    check = sub.add_parser(
+        "verify",
+        help="check checksums and manifests (exit 1 on any problem)",
+        description="Check every checkpoint of DIR (or one checkpoint): each manifest and "
+        "its checksum, each data file's size, header and CRC-32, and the state file. Every "
+        "problem is named; exit status 1 on any.",
+    )
+    check.add_argument("directory", metavar="DIR")
+    check.set_defaults(handler=_guarded(_verify))
+
+
+def _guarded(command: _Command) -> _Command:
+    """``command`` with the plugin's errors as one line on stderr and exit status 2."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except (CheckpointError, OSError, ValueError) as exc:
+            _error(args, str(exc) if isinstance(exc, CheckpointError) else _describe(exc))
+            return ERROR
+
+    return run
+
+
+def _error(args: argparse.Namespace, message: str) -> None:
+    print(f"monitored checkpoint {args.subcommand}: error: {message}", file=sys.stderr)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+# -- ls -----------------------------------------------------------------------------------------
+def _ls(args: argparse.Namespace) -> int:
+    rows = list_checkpoints(args.directory)
+    damaged = [row for row in rows if row.problem is not None]
+    if args.json:
+        print(json.dumps([dataclasses.asdict(row) for row in rows], indent=2))
+    elif not rows:
+        print(f"No checkpoints in {args.directory}.")
+    else:
+        table = [
+            (
+                str(row.step),
+                _when(row.created),
+                "?" if row.size is None else _human(row.size),
+                "?" if row.arrays is None else str(row.arrays),
+                _notes(row.newest, row.kept_forever, row.problem),
+                row.name,
+            )
+            for row in rows
+        ]
+        _table(("step", "written", "size", "arrays", "notes", "name"), table, right={0, 2, 3})
+    for row in damaged:
+        _error(args, f"{row.path}: {row.problem}")
+    return FOUND if damaged else OK
+
+
+def _notes(newest: bool, kept_forever: bool | None, problem: str | None) -> str:
+    notes = ["damaged"] if problem is not None else []
+    notes += ["newest"] if newest else []
+    notes += ["kept forever"] if kept_forever else []
+    return ", ".join(notes) or "-"
+
+
+# -- show ---------------------------------------------------------------------------------------
+def _show(args: argparse.Namespace) -> int:
+    if args.array is not None:
+        if args.json or args.stats:
+            _error(args, "--array prints one array's values; it takes neither --json nor --stats")
+            return ERROR
+        array = load_variable(args.path, args.array)
+        print(f"{args.array}: {array.dtype} {tuple(array.shape)}")
+        print(np.array2string(array, separator=", "))
+        return OK
+    if args.stats:
+        manifest, arrays = read_checkpoint(args.path)
+        stats: dict[str, ArrayStats] = {n: array_stats(a) for n, a in arrays.items()}
+    else:
+        store, name = split_save_path(resolve_checkpoint(args.path))
+        manifest = read_manifest(store, name)
+        check_step_name(manifest)
+        stats = {}
+    entries = []
+    for name, info in sorted(manifest.arrays.items()):
+        entry: dict[str, Any] = {
+            "name": name,
+            "dtype": info.dtype,
+            "shape": list(info.shape),
+            "bytes": math.prod(info.shape) * _ITEMSIZE[info.dtype],
+        }
+        if name in stats:
+            entry.update(dataclasses.asdict(stats[name]))
+        entries.append(entry)
+    total = sum(entry["bytes"] for entry in entries)
+    if args.json:
+        document = {
+            "path": manifest.path,
+            "step": manifest.step,
+            "created": manifest.created,
+            "format_version": manifest.format_version,
+            "arrays": entries,
+            "plugins": manifest.plugins,
+        }
+        print(json.dumps(document, indent=2))
+        return OK
+    print(
+        f"checkpoint {manifest.path}: step {manifest.step}, written {_when(manifest.created)}, "
+        f"format version {manifest.format_version}"
+    )
+    headers = ("name", "dtype", "shape", "bytes") + (("min", "max", "mean", "NaN") if stats else ())
+    rows = [
+        (e["name"], e["dtype"], str(tuple(e["shape"])), str(e["bytes"]))
+        + (
+            (_number(e["min"]), _number(e["max"]), _number(e["mean"]), str(e["nan"]))
+            if stats
+            else ()
+        )
+        for e in entries
+    ]
+    _table(headers, rows, right={3, 4, 5, 6, 7})
+    print(
+        f"{len(entries)} arrays, {total} bytes" + (f" ({_human(total)})" if total >= 1024 else "")
+    )
+    for plugin, saved in sorted(manifest.plugins.items()):
+        print(f"plugin {plugin}: {json.dumps(saved, sort_keys=True)}")
+    return OK
+
+
+# -- diff ---------------------------------------------------------------------------------------
+def _diff(args: argparse.Namespace) -> int:
+    diff = diff_checkpoints(args.a, args.b)
+    print(f"a: {diff.a.path} (step {diff.a.step})")
+    print(f"b: {diff.b.path} (step {diff.b.step})")
+    for name in diff.only_a:
+        print(f"only in a: {name}")
+    for name in diff.only_b:
+        print(f"only in b: {name}")
+    for name, (in_a, in_b) in diff.mismatched.items():
+        print(f"differs in dtype or shape: {name}: {in_a} in a, {in_b} in b")
+    if diff.compared:
+        _table(
+            ("array", "max |a-b|", ""),
+            [
+                (name, _number(gap), "" if same else "(bits differ)" if gap == 0 else "differs")
+                for name, (gap, same) in diff.compared.items()
+            ],
+            right={1},
+        )
+    if not diff.same_step:
+        print(f"the global step differs: {diff.a.step} in a, {diff.b.step} in b")
+    if not diff.same_rng:
+        print("the RNG state differs")
+    for plugin in diff.plugins:
+        print(f"the state of plugin {plugin!r} differs")
+    print("equal" if diff.equal else "different")
+    return OK if diff.equal else FOUND
+
+
+# -- verify -------------------------------------------------------------------------------------
+def _verify(args: argparse.Namespace) -> int:
+    checked, problems = verify(args.directory)
+    for problem in problems:
+        print(f"problem: {problem}")
+    count = len(problems)
+    verdict = f"{count} problem{'s' * (count != 1)}" if problems else "all verified"
+    print(f"{len(checked)} checkpoint{'s' * (len(checked) != 1)} checked: {verdict}")
+    return FOUND if problems else OK
+
+
+# -- output -------------------------------------------------------------------------------------
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> None:
+    widths = [max(len(c) for c in column) for column in zip(headers, *rows, strict=True)]
+    for line in (headers, *rows):
+        cells = (
+            cell.rjust(width) if i in right else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(line, widths, strict=True))
+        )
+        print("  ".join(cells).rstrip())
+
+
+def _when(created: float | None) -> str:
+    if created is None:
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created))
+
+
+def _human(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _number(value: float | int | None) -> str:
+    if value is None:
+        return "-"
+    return str(value) if isinstance(value, int) else f"{value:.6g}"

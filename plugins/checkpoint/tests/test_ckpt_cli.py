@@ -1,0 +1,504 @@
+"""``monitored checkpoint ls|show|diff|verify`` and ``load_variable``.
+
+The commands run in-process through ``monitored``'s own entry point (so through
+the ``register_commands`` hook, as a user's shell does), and once as the real
+``monitored`` console script. The hostile directories are those of
+``test_ckpt_hostile.py``: every command either answers or gives the plugin's
+error with a non-zero exit status, never a traceback or a hang, and nothing
+outside the directory is touched.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from monitored import TrainState
+from monitored._cli import main
+from monitored_checkpoint import (
+    CheckpointError,
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    Saver,
+    list_variables,
+    load_variable,
+)
+from monitored_checkpoint._inspect import ArrayStats, array_stats
+
+# The hostile scenes and crafted cases of test_ckpt_hostile.py, loaded from its file
+# (test modules are not importable by name here); its fixtures become this module's.
+_spec = importlib.util.spec_from_file_location(
+    "ckpt_hostile_cases", Path(__file__).with_name("test_ckpt_hostile.py")
+)
+assert _spec is not None
+assert _spec.loader is not None
+hostile = sys.modules.setdefault(_spec.name, importlib.util.module_from_spec(_spec))
+_spec.loader.exec_module(hostile)
+template = hostile.template
+scene = hostile.scene
+nothing_executes = hostile.nothing_executes
+
+#: Generous: each command here takes milliseconds; only a hang gets near it.
+GUARD_SECS = 60.0
+
+
+def _state(seed: int = 0) -> TrainState:
+    rng = np.random.default_rng(seed)
+    return TrainState(
+        {
+            "w": rng.standard_normal((8, 3)).astype(np.float32),
+            "b": np.array([1.0, np.nan, 3.0]),
+            "count": np.array(seed, dtype=np.int64),
+        },
+        seed=seed,
+    )
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    """A directory of checkpoints of steps 2, 3 and 4; step 2 is kept forever, 4 is newest."""
+    directory = tmp_path / "run"
+    state = _state()
+    # Any checkpoint rotated out is preserved: one per 1e-9 hours.
+    saver = Saver(max_to_keep=2, keep_checkpoint_every_n_hours=1e-9)
+    saver.prepare(f"{directory}/model.ckpt")
+    for step in (2, 3, 4):
+        state.global_step = step
+        state["w"][0, 0] = step
+        saver.save(
+            state,
+            f"{directory}/model.ckpt",
+            plugin_states={"early_stopping": {"version": 1, "state": {"best": 0.5}}},
+        )
+    return directory
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str, str]:
+    """``monitored checkpoint *argv`` in-process: (exit status, stdout, stderr)."""
+    outcome: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            outcome["status"] = main(["checkpoint", *map(str, argv)])
+        except SystemExit as exc:  # argparse's own usage errors
+            outcome["status"] = exc.code
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(GUARD_SECS)
+    assert not thread.is_alive(), f"monitored checkpoint {argv} hung"
+    if "error" in outcome:
+        raise AssertionError(f"monitored checkpoint {argv} raised") from outcome["error"]
+    captured = capsys.readouterr()
+    return outcome["status"], captured.out, captured.err
+
+
+# -- ls -------------------------------------------------------------------------------------------
+def test_ls_lists_step_time_size_arrays_newest_and_kept_forever(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = _cli(capsys, "ls", run)
+    assert (status, err) == (0, "")
+    header, *lines = out.splitlines()
+    assert header.split() == ["step", "written", "size", "arrays", "notes", "name"]
+    rows = [line.split() for line in lines]
+    assert [row[0] for row in rows] == ["2", "3", "4"]
+    assert [row[-1] for row in rows] == ["model.ckpt-2", "model.ckpt-3", "model.ckpt-4"]
+    assert "kept forever" in lines[0]
+    assert lines[1].split()[-2] == "-"
+    assert "newest" in lines[2]
+    size = (run / "model.ckpt-4.safetensors").stat().st_size + (
+        run / "model.ckpt-4.json"
+    ).stat().st_size
+    assert f"{size / 1024:.1f} KiB" in lines[2]
+
+
+def test_ls_json(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = _cli(capsys, "ls", "--json", run)
+    assert status == 0
+    rows = json.loads(out)
+    assert [(r["step"], r["arrays"], r["newest"], r["kept_forever"]) for r in rows] == [
+        (2, 3, False, True),
+        (3, 3, False, False),
+        (4, 3, True, False),
+    ]
+    assert rows[2]["path"] == str(run / "model.ckpt-4")
+    assert rows[2]["size"] == sum(
+        (run / f"model.ckpt-4{suffix}").stat().st_size for suffix in (".safetensors", ".json")
+    )
+    assert rows[2]["created"] > 0
+    assert rows[2]["problem"] is None
+
+
+def test_ls_without_a_state_file_cannot_tell_what_is_kept_forever(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (run / "checkpoint").unlink()
+    rows = json.loads(_cli(capsys, "ls", "--json", run)[1])
+    assert [r["kept_forever"] for r in rows] == [None, None, None]
+    assert [r["newest"] for r in rows] == [False, False, True]
+
+
+def test_ls_of_an_empty_directory_and_of_no_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _cli(capsys, "ls", tmp_path) == (0, f"No checkpoints in {tmp_path}.\n", "")
+    status, out, err = _cli(capsys, "ls", tmp_path / "missing")
+    assert (status, out) == (2, "")
+    assert (
+        err
+        == f"monitored checkpoint ls: error: {tmp_path / 'missing'} is not a directory of checkpoints\n"
+    )
+
+
+def test_ls_names_a_damaged_checkpoint_and_exits_1(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (run / "model.ckpt-3.json").write_text("{not json")
+    status, out, err = _cli(capsys, "ls", run)
+    assert status == 1
+    assert "damaged" in out.splitlines()[2]
+    assert err.startswith(f"monitored checkpoint ls: error: {run / 'model.ckpt-3'}: ")
+    assert "the manifest is not valid JSON" in err
+
+
+# -- show -----------------------------------------------------------------------------------------
+def test_show_lists_every_array_and_the_plugin_states_from_the_manifest_alone(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The data file is damaged: show reads the manifest only.
+    (run / "model.ckpt-4.safetensors").write_bytes(b"garbage")
+    status, out, err = _cli(capsys, "show", run)
+    assert (status, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0].startswith(f"checkpoint {run / 'model.ckpt-4'}: step 4, written ")
+    assert lines[0].endswith(", format version 2")
+    assert [line.split() for line in lines[1:5]] == [
+        ["name", "dtype", "shape", "bytes"],
+        ["b", "float64", "(3,)", "24"],
+        ["count", "int64", "()", "8"],
+        ["w", "float32", "(8,", "3)", "96"],
+    ]
+    assert lines[5] == "3 arrays, 128 bytes"
+    assert lines[6] == 'plugin early_stopping: {"state": {"best": 0.5}, "version": 1}'
+
+
+def test_show_stats_reads_and_verifies_every_array(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, _ = _cli(capsys, "show", "--stats", run / "model.ckpt-3")
+    assert status == 0
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:5]}
+    assert rows["name"][-4:] == ["min", "max", "mean", "NaN"]
+    assert rows["b"][-4:] == ["1", "3", "2", "1"]  # the NaN is counted, not averaged
+    assert rows["count"][-4:] == ["0", "0", "0", "0"]
+    w = load_variable(run / "model.ckpt-3", "w")
+    assert rows["w"][-4:] == [
+        f"{w.min():.6g}",
+        f"{w.max():.6g}",
+        f"{w.mean(dtype=np.float64):.6g}",
+        "0",
+    ]
+    (run / "model.ckpt-3.safetensors").write_bytes(b"garbage")
+    status, out, err = _cli(capsys, "show", "--stats", run / "model.ckpt-3")
+    assert (status, out) == (2, "")
+    assert err.startswith("monitored checkpoint show: error: ")
+    assert "model.ckpt-3.safetensors" in err
+
+
+def test_show_json(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = _cli(capsys, "show", "--json", "--stats", run)
+    assert status == 0
+    document = json.loads(out)
+    assert document["step"] == 4
+    assert document["plugins"] == {"early_stopping": {"version": 1, "state": {"best": 0.5}}}
+    by_name = {entry["name"]: entry for entry in document["arrays"]}
+    assert by_name["b"] == {
+        "name": "b",
+        "dtype": "float64",
+        "shape": [3],
+        "bytes": 24,
+        "min": 1.0,
+        "max": 3.0,
+        "mean": 2.0,
+        "nan": 1,
+    }
+
+
+def test_show_array_prints_one_array(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = _cli(capsys, "show", "--array", "b", run)
+    assert status == 0
+    assert out == "b: float64 (3,)\n[ 1., nan,  3.]\n"
+    status, out, err = _cli(capsys, "show", "--array", "ww", run)
+    assert (status, out) == (2, "")
+    assert "holds no array 'ww'; did you mean 'w'?" in err
+    status, _, err = _cli(capsys, "show", "--array", "w", "--stats", run)
+    assert status == 2
+    assert "--array prints one array's values" in err
+
+
+def test_show_of_something_that_is_no_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = _cli(capsys, "show", tmp_path / "nothing")
+    assert (status, out) == (2, "")
+    assert err.startswith("monitored checkpoint show: error: ")
+    assert "is neither a checkpoint" in err
+    status, _, err = _cli(capsys, "show", "bad\0path")
+    assert status == 2
+    assert err.startswith("monitored checkpoint show: error: bad\0path is neither a checkpoint")
+
+
+def test_an_operating_system_error_is_one_line_with_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A directory that is a symbolic link to itself cannot be listed (ELOOP).
+    (tmp_path / "loop").symlink_to("loop")
+    for command in ("show", "verify"):
+        status, out, err = _cli(capsys, command, tmp_path / "loop" / "model.ckpt-1")
+        assert (status, out) == (2, "")
+        assert err == (
+            f"monitored checkpoint {command}: error: OSError: [Errno 40] Too many levels of "
+            f"symbolic links: '{tmp_path / 'loop'}'\n"
+        )
+
+
+# -- the Python functions (TF1's list_variables, load_variable) -----------------------------------
+def test_load_variable_and_list_variables(run: Path) -> None:
+    state = _state()
+    assert list_variables(run) == [("b", (3,)), ("count", ()), ("w", (8, 3))]
+    w = load_variable(run, "w")
+    assert w.dtype == np.float32
+    assert w[0, 0] == 4
+    np.testing.assert_array_equal(w[1:], state["w"][1:])
+    np.testing.assert_array_equal(load_variable(run / "model.ckpt-2", "b"), state["b"])
+    with pytest.raises(CheckpointError, match=r"holds no array 'x' \(3 arrays"):
+        load_variable(run, "x")
+    with pytest.raises(CheckpointNotFoundError):
+        load_variable(run / "model.ckpt-9", "w")
+    (run / "model.ckpt-4.safetensors").write_bytes(b"garbage")
+    with pytest.raises(CorruptCheckpointError, match=r"model\.ckpt-4\.safetensors"):
+        load_variable(run, "w")
+
+
+def test_array_stats_of_every_kind_of_array() -> None:
+    assert array_stats(np.array([], np.float32)) == _stats(None, None, None, 0)
+    assert array_stats(np.array([np.nan, np.nan])) == _stats(None, None, None, 2)
+    assert array_stats(np.array([True, False, True])) == _stats(0, 1, 2 / 3, 0)
+    assert array_stats(np.array([-(2**62), 2**62])) == _stats(-(2**62), 2**62, 0.0, 0)
+    assert array_stats(np.array([3 + 4j, 0j], np.complex64)) == _stats(0.0, 5.0, 2.5, 0)
+    assert array_stats(np.array([np.inf, 1.0, np.nan])) == _stats(1.0, np.inf, np.inf, 1)
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    half = np.array([1.5, -2.0], ml_dtypes.bfloat16)
+    assert array_stats(half) == _stats(-2.0, 1.5, -0.25, 0)
+
+
+def _stats(low: Any, high: Any, mean: Any, nan: int) -> ArrayStats:
+    return ArrayStats(low, high, mean, nan)
+
+
+# -- diff -----------------------------------------------------------------------------------------
+def test_diff_of_a_checkpoint_and_its_copy_is_equal(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for suffix in (".json", ".safetensors"):
+        shutil.copy(run / f"model.ckpt-4{suffix}", copy / f"model.ckpt-4{suffix}")
+    status, out, err = _cli(capsys, "diff", run, copy / "model.ckpt-4")
+    assert (status, err) == (0, "")
+    assert out.splitlines()[0] == f"a: {run / 'model.ckpt-4'} (step 4)"
+    assert out.splitlines()[-1] == "equal"
+    assert [line.split() for line in out.splitlines()[3:6]] == [
+        ["b", "0"],
+        ["count", "0"],
+        ["w", "0"],
+    ]
+
+
+def test_diff_names_each_difference_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = _state(), _state()
+    a["only_a"] = np.zeros(2)
+    b["only_b"] = np.zeros(2)
+    b["count"] = np.array(0, dtype=np.int32)  # dtype differs
+    b["w"] = b["w"].copy()
+    b["w"][2, 1] += 0.25
+    b["b"] = np.array([1.0, 2.0, 3.0])  # a NaN on one side only
+    b.rng.random()
+    Saver().save(a, f"{tmp_path}/a/model.ckpt", plugin_states={"p": {"x": 1}})
+    Saver().save(b, f"{tmp_path}/b/model.ckpt", global_step=5)
+    status, out, err = _cli(capsys, "diff", tmp_path / "a", tmp_path / "b")
+    assert (status, err) == (1, "")
+    lines = out.splitlines()
+    assert "only in a: only_a" in lines
+    assert "only in b: only_b" in lines
+    assert "differs in dtype or shape: count: int64 () in a, int32 () in b" in lines
+    rows = {line.split()[0]: line.split()[1:] for line in lines if line.startswith(("b ", "w "))}
+    assert rows["b"] == ["inf", "differs"]
+    assert rows["w"] == ["0.25", "differs"]
+    assert "the global step differs: 0 in a, 5 in b" in lines
+    assert "the RNG state differs" in lines
+    assert "the state of plugin 'p' differs" in lines
+    assert lines[-1] == "different"
+
+
+def test_diff_sees_a_sign_of_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = TrainState({"z": np.array([0.0])}, seed=0)
+    b = TrainState({"z": np.array([-0.0])}, seed=0)
+    Saver().save(a, f"{tmp_path}/a/model.ckpt")
+    Saver().save(b, f"{tmp_path}/b/model.ckpt")
+    status, out, _ = _cli(capsys, "diff", tmp_path / "a", tmp_path / "b")
+    assert status == 1
+    assert out.splitlines()[3].split() == ["z", "0", "(bits", "differ)"]
+
+
+def test_diff_of_a_missing_or_damaged_checkpoint_exits_2(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = _cli(capsys, "diff", run, run / "model.ckpt-9")
+    assert (status, out) == (2, "")
+    assert err.startswith("monitored checkpoint diff: error: ")
+    (run / "model.ckpt-3.safetensors").write_bytes(b"garbage")
+    status, _, err = _cli(capsys, "diff", run, run / "model.ckpt-3")
+    assert status == 2
+    assert "model.ckpt-3.safetensors" in err
+
+
+# -- verify ---------------------------------------------------------------------------------------
+def test_verify_a_good_directory_and_one_checkpoint(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _cli(capsys, "verify", run) == (0, "3 checkpoints checked: all verified\n", "")
+    assert _cli(capsys, "verify", run / "model.ckpt-3") == (
+        0,
+        "1 checkpoint checked: all verified\n",
+        "",
+    )
+
+
+def test_verify_names_every_problem_and_exits_1(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = bytearray((run / "model.ckpt-2.safetensors").read_bytes())
+    data[-1] ^= 0xFF
+    (run / "model.ckpt-2.safetensors").write_bytes(bytes(data))
+    manifest = json.loads((run / "model.ckpt-3.json").read_text())
+    manifest["step"] = 30
+    (run / "model.ckpt-3.json").write_text(json.dumps(manifest))
+    (run / "model.ckpt-4.safetensors").unlink()
+    status, out, err = _cli(capsys, "verify", run)
+    assert (status, err) == (1, "")
+    problems = [line for line in out.splitlines() if line.startswith("problem: ")]
+    assert len(problems) == 3
+    assert "model.ckpt-2.safetensors: checksum mismatch" in problems[0]
+    assert "model.ckpt-3.json: the manifest's checksum" in problems[1]
+    assert "model.ckpt-4.safetensors: the data file is missing" in problems[2]
+    assert out.splitlines()[-1] == "3 checkpoints checked: 3 problems"
+
+
+def test_verify_checks_the_state_file(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (run / "model.ckpt-3.json").unlink()
+    (run / "model.ckpt-3.safetensors").unlink()
+    status, out, _ = _cli(capsys, "verify", run)
+    assert status == 1
+    assert f"problem: {run / 'checkpoint'} lists model.ckpt-3, which has no manifest" in out
+    (run / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-4"\n')
+    status, out, _ = _cli(capsys, "verify", run)
+    assert status == 1
+    assert "was not written by monitored-checkpoint" in out
+
+
+def test_verify_of_an_empty_or_missing_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, _ = _cli(capsys, "verify", tmp_path)
+    assert status == 1
+    assert f"problem: {tmp_path} holds no checkpoint" in out
+    status, out, err = _cli(capsys, "verify", tmp_path / "missing")
+    assert (status, out) == (2, "")
+    assert "is neither a directory nor a checkpoint" in err
+
+
+# -- hostile directories ----------------------------------------------------------------------------
+#: Crafted directories where verify finds no problem: nothing is wrong with them, or
+#: (a FIFO as the state file) what is odd is no file of the directory for the reader,
+#: which lists regular files only: a restore does not see it either.
+CLEAN = {"data-file-link-inside", "deeply-nested-unrelated-json", "state-file-fifo"}
+
+
+@pytest.mark.parametrize("case", list(hostile.CASES), ids=list(hostile.CASES))
+def test_hostile_directories_get_the_plugins_error_never_a_traceback_or_a_hang(
+    scene: Any, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outside, before = hostile._prepare(scene, hostile.CASES[case])
+    newest = scene.run / "model.ckpt-3"
+    for argv, allowed in (
+        (("ls", scene.run), {0, 1}),
+        (("ls", "--json", scene.run), {0, 1}),
+        (("show", scene.run), {0, 2}),
+        (("show", newest), {0, 2}),
+        (("show", "--stats", scene.run), {0, 2}),
+        (("show", "--array", "w", newest), {0, 2}),
+        (("diff", scene.run / "model.ckpt-1", scene.run), {0, 1, 2}),
+        (("verify", scene.run), {0} if case in CLEAN else {1}),
+    ):
+        status, out, err = _cli(capsys, *argv)
+        assert status in allowed, (argv, status, out, err)
+        assert "Traceback" not in out + err
+        for line in err.splitlines():
+            assert line.startswith(f"monitored checkpoint {argv[0]}: error: "), (argv, err)
+        if status:
+            assert err or argv[0] in ("verify", "diff"), argv
+    hostile._check_files(scene, outside, before, written=-1)
+
+
+# -- the real command -----------------------------------------------------------------------------
+def test_the_monitored_script_runs_the_checkpoint_commands(run: Path) -> None:
+    script = Path(sys.executable).with_name("monitored")
+    done = subprocess.run(
+        [str(script), "checkpoint", "ls", "--json", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=GUARD_SECS,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert [row["step"] for row in json.loads(done.stdout)] == [2, 3, 4]
+    os.mkfifo(run / "model.ckpt-4.safetensors.fifo")
+    (run / "model.ckpt-4.safetensors").unlink()
+    (run / "model.ckpt-4.safetensors.fifo").rename(run / "model.ckpt-4.safetensors")
+    # Named by path: a directory's newest is the newest whose files are both listed
+    # as regular files, which step 4 no longer is.
+    done = subprocess.run(
+        [str(script), "checkpoint", "show", "--stats", str(run / "model.ckpt-4")],
+        capture_output=True,
+        text=True,
+        timeout=GUARD_SECS,
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr == (
+        f"monitored checkpoint show: error: {run / 'model.ckpt-4.safetensors'} is a FIFO, "
+        "not a regular file; refused\n"
+    )
+    done = subprocess.run(
+        [str(script), "checkpoint", "verify", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=GUARD_SECS,
+    )
+    assert done.returncode == 1
+    assert "model.ckpt-4.safetensors is a FIFO" in done.stdout
