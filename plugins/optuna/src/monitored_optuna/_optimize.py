@@ -64,7 +64,8 @@ async def optimize(
         catch: exception classes that fail one trial only: it is told
             ``FAIL`` and the others go on. Any other exception fails its trial
             too, then cancels the trials running beside it (told ``FAIL``) and
-            is raised from ``optimize``, as from Optuna's ``study.optimize``.
+            is raised from ``optimize``, as from Optuna's ``study.optimize``
+            (an ``ExceptionGroup`` only when several trials failed at once).
         callbacks: called as ``callback(study, frozen_trial)`` after each trial
             is told, in the event loop (Optuna's ``optimize`` callbacks).
     """
@@ -90,9 +91,16 @@ async def optimize(
             started += 1
             await _run_trial(study, objective, caught, listeners)
 
-    async with anyio.create_task_group() as group:
-        for _ in range(min(concurrency, n_trials)):
-            group.start_soon(worker)
+    try:
+        async with anyio.create_task_group() as group:
+            for _ in range(min(concurrency, n_trials)):
+                group.start_soon(worker)
+    except BaseExceptionGroup as failed:
+        # One trial failed (the others were cancelled, not failed): its exception, as
+        # Optuna's study.optimize raises it. Several at once stay a group.
+        if len(failed.exceptions) == 1:
+            raise failed.exceptions[0] from None
+        raise
 
 
 async def _run_trial(
