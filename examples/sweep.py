@@ -113,7 +113,9 @@ async def objective(
         optimizer.create_slots(state)
 
     held_out = [(x_test[i : i + 128], y_test[i : i + 128]) for i in range(0, len(y_test), 128)]
-    model_dir = None if checkpoint_dir is None else os.path.join(checkpoint_dir, f"trial-{trial.number}")
+    model_dir = (
+        None if checkpoint_dir is None else os.path.join(checkpoint_dir, f"trial-{trial.number}")
+    )
     result = await monitored.train_and_evaluate(
         monitored.TrainSpec(
             make_train_step(optimizer, x_train, y_train),
@@ -195,7 +197,13 @@ def main() -> None:
     log.setLevel(logging.INFO)
     study = new_study(args.storage, args.study_name if args.storage else None)
     anyio.run(
-        sweep, study, args.trials, args.steps, args.eval_every, args.concurrency, args.checkpoint_dir
+        sweep,
+        study,
+        args.trials,
+        args.steps,
+        args.eval_every,
+        args.concurrency,
+        args.checkpoint_dir,
     )
     states = [t.state.name for t in study.trials]
     print(

@@ -117,11 +117,15 @@ async def test_the_pruned_step_s_checkpoint_and_summaries_are_written(
             while not session.should_stop():
                 await session.run(recording_step)
     assert latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-6")
-    [events] = list(tmp_path.glob("events.out.tfevents.*"))
-    read = list(summary_iterator(str(events)))
+    read = list(summary_iterator(only_event_file(tmp_path)))
     steps = [e.step for e in read if any(v.tag == "loss" for v in e.summary.value)]
     assert steps == [1, 2, 3, 4, 5, 6]
     assert read[-1].session_log.status == read[-1].session_log.STOP, "a normal end"
+
+
+def only_event_file(directory: Path) -> str:
+    [events] = list(directory.glob("events.out.tfevents.*"))
+    return str(events)
 
 
 async def test_a_failure_in_the_block_wins_over_the_prune() -> None:
@@ -173,7 +177,9 @@ async def test_a_hook_watching_a_step_output_ignores_evaluation_results() -> Non
 
 async def test_a_monitor_missing_where_it_is_due_is_an_error_naming_it() -> None:
     hook = OptunaPruningHook(new_trial(), "acc", every_n_steps=2)
-    with pytest.raises(MonitoredValueError, match=r"monitor 'acc' is not available at step 2.*'loss'"):
+    with pytest.raises(
+        MonitoredValueError, match=r"monitor 'acc' is not available at step 2.*'loss'"
+    ):
         await run_session([hook], losses_step, state=new_state())
     evaluating = OptunaPruningHook(new_trial(), "acc")
 
@@ -231,8 +237,11 @@ async def test_without_a_trial_argument_it_takes_the_task_s_current_trial() -> N
 
 
 def test_use_trial_refuses_what_is_not_a_trial() -> None:
-    with pytest.raises(OptunaConfigError, match="use_trial: expected an optuna trial"), use_trial(
-        object()  # type: ignore[arg-type]
+    with (
+        pytest.raises(OptunaConfigError, match="use_trial: expected an optuna trial"),
+        use_trial(
+            object()  # type: ignore[arg-type]
+        ),
     ):
         pass
 
@@ -313,7 +322,9 @@ async def test_a_pruned_trial_resumed_stays_pruned(tmp_path: Path) -> None:
 
 async def test_a_malformed_saved_state_is_an_error_naming_the_hook() -> None:
     hook = OptunaPruningHook(new_trial(), "loss")
-    with pytest.raises(MonitoredValueError, match="OptunaPruningHook: the saved state is malformed"):
+    with pytest.raises(
+        MonitoredValueError, match="OptunaPruningHook: the saved state is malformed"
+    ):
         hook.load_plugin_state({"last_reported_step": "3", "pruned_step": None})
     with pytest.raises(MonitoredValueError, match="malformed"):
         hook.load_plugin_state({"last_reported_step": 3, "pruned_step": True})

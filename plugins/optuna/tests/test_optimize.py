@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import numpy as np
 import optuna
 import pytest
@@ -64,7 +65,7 @@ async def test_trials_pruned_by_sessions_are_told_pruned_and_the_others_complete
         ) as session:
             while not session.should_stop():
                 outputs = await session.run(step)
-                await anyio.sleep(0)
+                await anyio.lowlevel.checkpoint()
         return float(outputs["loss"])
 
     await optimize(study, objective, n_trials=4, concurrency=4)
@@ -183,7 +184,9 @@ async def test_no_trial_starts_after_the_timeout() -> None:
         ({"catch": [42]}, "catch must hold exception classes"),
     ],
 )
-async def test_bad_arguments_are_refused_before_any_trial(kwargs: dict[str, Any], match: str) -> None:
+async def test_bad_arguments_are_refused_before_any_trial(
+    kwargs: dict[str, Any], match: str
+) -> None:
     study = optuna.create_study()
 
     async def objective(trial: optuna.trial.Trial) -> float:

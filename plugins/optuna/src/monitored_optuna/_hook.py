@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, final
+from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard, final
 
 import anyio.to_thread
 import optuna
@@ -263,7 +263,7 @@ class OptunaPruningHook:
             ) from None
 
 
-def _is_step(value: object) -> bool:
+def _is_step(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= -1
 
 

@@ -43,7 +43,7 @@ async def optimize(
     n_trials: int,
     *,
     concurrency: int = 1,
-    timeout: float | None = None,
+    timeout: float | None = None,  # noqa: ASYNC109 (Optuna's: no trial starts after it)
     catch: Iterable[type[Exception]] | type[Exception] = (),
     callbacks: Iterable[Callback] = (),
 ) -> None:
@@ -75,7 +75,9 @@ async def optimize(
         raise OptunaConfigError(f"optimize: objective must be an async function, got {objective!r}")
     for name, value, least in (("n_trials", n_trials, 0), ("concurrency", concurrency, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise OptunaConfigError(f"optimize: {name} must be an integer >= {least}, got {value!r}")
+            raise OptunaConfigError(
+                f"optimize: {name} must be an integer >= {least}, got {value!r}"
+            )
     if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
         raise OptunaConfigError(f"optimize: timeout must be a number > 0, got {timeout!r}")
     caught = (catch,) if isinstance(catch, type) else tuple(catch)
