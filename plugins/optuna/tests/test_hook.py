@@ -328,3 +328,13 @@ async def test_a_malformed_saved_state_is_an_error_naming_the_hook() -> None:
         hook.load_plugin_state({"last_reported_step": "3", "pruned_step": None})
     with pytest.raises(MonitoredValueError, match="malformed"):
         hook.load_plugin_state({"last_reported_step": 3, "pruned_step": True})
+
+
+def test_watching_evaluations_it_has_no_per_step_hooks() -> None:
+    evaluations = OptunaPruningHook(None, "accuracy")
+    outputs = OptunaPruningHook(None, "loss", every_n_steps=10)
+    assert isinstance(evaluations, OptunaPruningHook)
+    assert isinstance(outputs, OptunaPruningHook)
+    assert not hasattr(evaluations, "before_run")
+    assert not hasattr(evaluations, "after_run")
+    assert callable(outputs.before_run)  # type: ignore[attr-defined]

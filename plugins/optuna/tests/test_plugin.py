@@ -42,38 +42,70 @@ def reported(trial: optuna.trial.Trial) -> dict[int, float]:
     return dict(trial.storage.get_trial(trial._trial_id).intermediate_values)
 
 
+async def train(
+    hooks: list[object] | None = None, max_steps: int = 10, **kwargs: Any
+) -> monitored.MonitoredSession:
+    """A ``MonitoredTrainingSession`` of ``rising_loss`` up to ``max_steps``."""
+    session = monitored.MonitoredTrainingSession(
+        hooks=[*(hooks or ()), monitored.StopAtStepHook(last_step=max_steps)],
+        log_step_count_steps=None,
+        **kwargs,
+    )
+    async with session:
+        while not session.should_stop():
+            await session.run(rising_loss)
+    return session
+
+
 async def test_it_is_off_without_a_monitor() -> None:
     with use_trial(new_trial()):
-        result = await run_session([], rising_loss, max_steps=10)
-    assert hook_of(result.session) is None
-    assert result.state.global_step == 10
+        session = await train()
+    assert hook_of(session) is None
+    assert session.state.global_step == 10
 
 
 async def test_it_is_off_without_a_trial() -> None:
-    result = await run_session([], rising_loss, max_steps=10, plugin_options=OPTIONS)
-    assert hook_of(result.session) is None
-    assert result.state.global_step == 10
+    session = await train(plugin_options=OPTIONS)
+    assert hook_of(session) is None
+    assert session.state.global_step == 10
 
 
 async def test_with_a_monitor_it_reports_to_the_current_trial_and_prunes() -> None:
     trial = new_trial()
     with use_trial(trial), pytest.raises(optuna.TrialPruned, match="pruned at step 5"):
-        await run_session([], rising_loss, max_steps=10, plugin_options=OPTIONS)
+        await train(plugin_options=OPTIONS)
     assert sorted(reported(trial)) == [1, 2, 3, 4, 5]
+
+
+async def test_a_plain_monitored_session_gets_no_hook_from_it() -> None:
+    trial = new_trial()
+    with use_trial(trial):
+        result = await run_session([], rising_loss, max_steps=10, plugin_options=OPTIONS)
+    assert result.state.global_step == 10
+    assert reported(trial) == {}
+
+
+async def test_watching_evaluations_it_adds_no_per_step_hook() -> None:
+    with use_trial(new_trial()):
+        session = await train(plugin_options={"optuna": {"monitor": "accuracy"}})
+    hook = hook_of(session)
+    assert hook is not None
+    assert not hasattr(hook, "before_run")
+    assert not hasattr(hook, "after_run")
 
 
 async def test_options_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MONITORED_PLUGIN_OPTIONS", "optuna.monitor=loss;optuna.every_n_steps=2")
     trial = new_trial()
     with use_trial(trial), pytest.raises(optuna.TrialPruned, match="pruned at step 6"):
-        await run_session([], rising_loss, max_steps=10)
+        await train()
     assert sorted(reported(trial)) == [2, 4, 6]
 
 
 async def test_a_bad_option_is_an_error_naming_the_hook() -> None:
     options = {"optuna": {"monitor": "loss", "every_n_steps": -2}}
     with use_trial(new_trial()), pytest.raises(OptunaConfigError, match="every_n_steps"):
-        await run_session([], rising_loss, plugin_options=options)
+        await train(plugin_options=options)
 
 
 async def test_an_explicit_hook_takes_pruning_over_from_the_plugin(caplog: Any) -> None:
@@ -81,7 +113,7 @@ async def test_an_explicit_hook_takes_pruning_over_from_the_plugin(caplog: Any) 
     trial, other = new_trial(), new_trial()
     hook = OptunaPruningHook(trial, "loss", every_n_steps=3)
     with use_trial(other), pytest.raises(optuna.TrialPruned, match="pruned at step 6"):
-        await run_session([hook], rising_loss, max_steps=10, plugin_options=OPTIONS)
+        await train([hook], plugin_options=OPTIONS)
     assert reported(trial) == {3: 0.3, 6: 0.6}
     assert reported(other) == {}, "the installed plugin stepped aside"
     [line] = [r.getMessage() for r in caplog.records if "steps aside" in r.getMessage()]

@@ -31,14 +31,19 @@ from ._errors import MonitoredValueError, OptunaConfigError
 from ._trial import check_trial, current_trial
 
 if TYPE_CHECKING:
-    from monitored import Coordinator, MonitoredSession, SessionRunContext, SessionRunValues
+    from monitored import (
+        Coordinator,
+        MonitoredSession,
+        SessionRunContext,
+        SessionRunValues,
+        TrainState,
+    )
 
 __all__ = ["OptunaPruningHook"]
 
 log = logging.getLogger("monitored.optuna")
 
 
-@final
 class OptunaPruningHook:
     """Reports ``monitor`` to ``trial`` and prunes the trial when its pruner says so.
 
@@ -66,6 +71,19 @@ class OptunaPruningHook:
     #: Passed in ``hooks=[...]``, it owns pruning: the installed ``optuna`` plugin
     #: (and its options) steps aside.
     provides: ClassVar[frozenset[str]] = frozenset({"pruning"})
+
+    def __new__(
+        cls,
+        trial: optuna.trial.BaseTrial | None,
+        monitor: str,
+        *,
+        every_n_steps: int = 0,
+    ) -> OptunaPruningHook:
+        # Watching evaluations, the hook has no per-step hooks at all, so the session
+        # calls nothing of it on a step; watching a step output, it is one that does.
+        steps = isinstance(every_n_steps, int) and not isinstance(every_n_steps, bool)
+        kind = _StepPruningHook if steps and every_n_steps > 0 else OptunaPruningHook
+        return object.__new__(kind)
 
     def __init__(
         self,
@@ -96,6 +114,7 @@ class OptunaPruningHook:
         self._active = False
         self._next_check = -1
         self._due = False
+        self._state: TrainState | None = None
         #: The last global step reported to the trial (-1: none).
         self.last_reported_step = -1
         #: The global step at which the trial was pruned, if it was.
@@ -138,27 +157,7 @@ class OptunaPruningHook:
         self.last_reported_step = max(self.last_reported_step, held)
         n = self.every_n_steps
         self._next_check = (session.state.global_step // n + 1) * n if n else -1
-
-    def before_run(self, run_context: SessionRunContext) -> SessionRunArgs | None:
-        next_check = self._next_check
-        self._due = next_check >= 0 and run_context.session.state.global_step + 1 >= next_check
-        return self._args if self._due else None
-
-    def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> Any:
-        if not self._due:
-            return None
-        session = run_context.session
-        step = session.state.global_step
-        n = self.every_n_steps
-        self._next_check = (step // n + 1) * n
-        raw = (run_values.results or {}).get(self.monitor)
-        if raw is None:
-            raise MonitoredValueError(
-                f"OptunaPruningHook: monitor {self.monitor!r} is not available at step {step}: "
-                f"the step returned outputs {sorted(session.last_outputs)} and the state has "
-                f"entries {sorted(session.state)}"
-            )
-        return self.report(session, step, self._scalar(raw, step), run_context)
+        self._state = session.state
 
     def after_evaluate(
         self, session: MonitoredSession, step: int, metrics: Mapping[str, Any]
@@ -281,3 +280,31 @@ def _last_step_held(trial: optuna.trial.BaseTrial | None) -> int:
     else:
         return -1
     return max(held, default=-1)
+
+
+@final
+class _StepPruningHook(OptunaPruningHook):
+    """An ``OptunaPruningHook`` watching a step output: it fetches it on due steps only."""
+
+    def before_run(self, run_context: SessionRunContext) -> SessionRunArgs | None:
+        # Checks fall on multiples of every_n_steps, so a resumed run checks the same
+        # steps; the state was kept at creation (one attribute less to look up per step).
+        state = self._state
+        self._due = state is not None and state.global_step + 1 >= self._next_check
+        return self._args if self._due else None
+
+    def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> Any:
+        if not self._due:
+            return None
+        session = run_context.session
+        step = session.state.global_step
+        n = self.every_n_steps
+        self._next_check = (step // n + 1) * n
+        raw = (run_values.results or {}).get(self.monitor)
+        if raw is None:
+            raise MonitoredValueError(
+                f"OptunaPruningHook: monitor {self.monitor!r} is not available at step {step}: "
+                f"the step returned outputs {sorted(session.last_outputs)} and the state has "
+                f"entries {sorted(session.state)}"
+            )
+        return self.report(session, step, self._scalar(raw, step), run_context)

@@ -2,19 +2,24 @@
 
 Off until a ``monitor`` is set (``plugin_options={"optuna": {"monitor":
 "accuracy"}}`` or ``MONITORED_PLUGIN_OPTIONS="optuna.monitor=accuracy"``) *and*
-the session runs for a trial: the current trial of its task, which
+the session trains for a trial: the current trial of its task, which
 :func:`~monitored_optuna.optimize` (or :func:`~monitored_optuna.use_trial`)
 sets. Installing it changes nothing by itself; a session outside any trial
-reports nothing. Module functions delegate to one :class:`OptunaPruningHook`
-per session. ``training_only``: evaluation sessions do not load it; their
-results reach it in the training session (``after_evaluate``).
+reports nothing.
+
+It is a feature plugin: for a ``MonitoredTrainingSession`` (and what is built
+on one: ``train_and_evaluate``, ``Experiment``) it contributes an
+:class:`OptunaPruningHook` through ``training_hooks``, and has no per-step hook
+of its own. So watching evaluation results costs a session nothing per step,
+and watching a step output costs what the hook costs. ``training_only``:
+evaluation sessions do not load it; their results reach the hook in the
+training session (``after_evaluate``).
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import monitored
 
@@ -22,21 +27,9 @@ from ._hook import OptunaPruningHook
 from ._trial import current_trial
 
 if TYPE_CHECKING:
-    from monitored import Coordinator, MonitoredSession, SessionRunContext, SessionRunValues
+    from monitored import MonitoredSession, TrainingConfig
 
-__all__ = [
-    "after_create_session",
-    "after_evaluate",
-    "after_run",
-    "before_run",
-    "begin",
-    "declare_options",
-    "hook_of",
-    "load_plugin_state",
-    "plugin_state",
-    "provides",
-    "training_only",
-]
+__all__ = ["declare_options", "hook_of", "provides", "training_hooks", "training_only"]
 
 #: Pruning, unless an ``OptunaPruningHook`` passed in ``hooks=[...]`` takes over.
 provides: Final = frozenset({"pruning"})
@@ -44,9 +37,9 @@ provides: Final = frozenset({"pruning"})
 #: Only training sessions are pruned; an evaluation session runs to its end.
 training_only: Final = True
 
-#: The hook of each open session that reports (keyed by the session's id, dropped
-#: with the session): sessions running at once in one event loop each have their own.
-_hooks: dict[int, OptunaPruningHook] = {}
+#: The hooks this plugin made (weakly: each lives as long as its session's plan), so
+#: that ``hook_of`` tells them from a hook the user passed.
+_made: weakref.WeakSet[OptunaPruningHook] = weakref.WeakSet()
 
 
 def declare_options() -> list[monitored.Option]:
@@ -58,50 +51,21 @@ def declare_options() -> list[monitored.Option]:
     ]
 
 
-def begin(session: MonitoredSession) -> None:
-    options = session.options_for("optuna")
+def training_hooks(config: TrainingConfig) -> list[object] | None:
+    """An ``OptunaPruningHook`` for the current trial, when a ``monitor`` is set."""
+    options = config.plugin_options.get("optuna", {})
+    monitor = options.get("monitor", "")
     trial = current_trial()
-    if not options["monitor"] or trial is None:
-        return
-    hook = OptunaPruningHook(trial, options["monitor"], every_n_steps=options["every_n_steps"])
-    hook.begin(session)
-    key = id(session)
-    _hooks[key] = hook
-    weakref.finalize(session, _hooks.pop, key, None)
-
-
-async def after_create_session(session: MonitoredSession, coord: Coordinator) -> None:
-    hook = _hooks.get(id(session))
-    if hook is not None:
-        await hook.after_create_session(session, coord)
-
-
-def before_run(run_context: SessionRunContext) -> monitored.SessionRunArgs | None:
-    hook = _hooks.get(id(run_context.session))
-    return hook.before_run(run_context) if hook is not None else None
-
-
-def after_run(run_context: SessionRunContext, run_values: SessionRunValues) -> Any:
-    hook = _hooks.get(id(run_context.session))
-    return hook.after_run(run_context, run_values) if hook is not None else None
-
-
-def after_evaluate(session: MonitoredSession, step: int, metrics: Mapping[str, Any]) -> Any:
-    hook = _hooks.get(id(session))
-    return hook.after_evaluate(session, step, metrics) if hook is not None else None
-
-
-def plugin_state(session: MonitoredSession) -> dict[str, Any] | None:
-    hook = _hooks.get(id(session))
-    return hook.plugin_state() if hook is not None else None
-
-
-def load_plugin_state(session: MonitoredSession, state: dict[str, Any]) -> None:
-    hook = _hooks.get(id(session))
-    if hook is not None:
-        hook.load_plugin_state(state)
+    if not monitor or trial is None:
+        return None
+    hook = OptunaPruningHook(trial, monitor, every_n_steps=options.get("every_n_steps", 0))
+    _made.add(hook)
+    return [hook]
 
 
 def hook_of(session: MonitoredSession) -> OptunaPruningHook | None:
-    """The hook the installed plugin runs in ``session``, if it reports there."""
-    return _hooks.get(id(session))
+    """The hook this plugin contributed to ``session``, if it contributed one."""
+    for info in session.plugins:
+        if isinstance(info.plugin, OptunaPruningHook) and info.plugin in _made:
+            return info.plugin
+    return None
