@@ -96,12 +96,15 @@ async def idle_cost(steps: int, block_steps: int) -> dict[str, float]:
     with use_trial(trial):
         runners = {
             "without": session(None, [], [*OTHERS, "optuna"]),
+            # The same again: how far two identical sessions differ (the noise floor).
+            "again": session(None, [], [*OTHERS, "optuna"]),
             "evaluations": session({"optuna": {"monitor": "accuracy"}}, [], OTHERS),
             "outputs": session({"optuna": {"monitor": "loss", "every_n_steps": never}}, [], OTHERS),
             "hook": session(None, [OptunaPruningHook(trial, "loss", every_n_steps=never)], OTHERS),
         }
         async with (
             runners["without"],
+            runners["again"],
             runners["evaluations"],
             runners["outputs"],
             runners["hook"],
@@ -145,7 +148,13 @@ async def main(repeats: int, steps: int, idle_steps: int) -> None:
         median = statistics.median(values)
         print(f"| {name} | {median:.3f} | {median / one:.2f}x |")
 
-    costs: dict[str, list[float]] = {"without": [], "evaluations": [], "outputs": [], "hook": []}
+    costs: dict[str, list[float]] = {
+        "without": [],
+        "again": [],
+        "evaluations": [],
+        "outputs": [],
+        "hook": [],
+    }
     for _ in range(repeats):
         for name, value in (await idle_cost(idle_steps, 1000)).items():
             costs[name].append(value)
@@ -155,6 +164,7 @@ async def main(repeats: int, steps: int, idle_steps: int) -> None:
     print("|---|--:|--:|")
     for name, label in (
         ("without", "optuna plugin disabled"),
+        ("again", "the same, a second session (noise floor)"),
         ("evaluations", "plugin watching an evaluation metric"),
         ("outputs", "plugin watching a step output, not due"),
         ("hook", "OptunaPruningHook(every_n_steps=10**9) in hooks="),

@@ -338,3 +338,18 @@ def test_watching_evaluations_it_has_no_per_step_hooks() -> None:
     assert not hasattr(evaluations, "before_run")
     assert not hasattr(evaluations, "after_run")
     assert callable(outputs.before_run)  # type: ignore[attr-defined]
+
+
+async def test_a_trial_of_a_sqlite_study_is_reported_to_from_a_worker_thread(
+    tmp_path: Path,
+) -> None:
+    study = optuna.create_study(
+        storage=f"sqlite:///{tmp_path / 'study.db'}",
+        pruner=optuna.pruners.ThresholdPruner(upper=0.5),
+    )
+    trial = study.ask()
+    with pytest.raises(optuna.TrialPruned, match="pruned at step 6"):
+        await run_session(
+            [OptunaPruningHook(trial, "loss", every_n_steps=2)], losses_step, state=new_state()
+        )
+    assert reported(trial) == {2: 0.4, 4: 0.35, 6: 0.6}

@@ -11,9 +11,10 @@ after any other stop, and then the objective sees the same exception Optuna's
 own integrations raise.
 
 On steps where nothing is due the hook fetches nothing and creates no
-coroutine. Reports go to the storage in a worker thread, so that a trial whose
-study lives in SQLite or on a database server does not hold up the other
-trials running in the same event loop.
+coroutine. Reports go to a storage outside the process (SQLite, a journal file, a
+database server) in a worker thread, so that they do not hold up the other
+trials running in the same event loop; an in-memory study is reported to
+directly.
 """
 
 from __future__ import annotations
@@ -221,7 +222,10 @@ class OptunaPruningHook:
             trial.report(value, step)
             return trial.should_prune()
 
-        prune = await anyio.to_thread.run_sync(report_and_ask)
+        if _in_memory(trial):
+            prune = report_and_ask()  # microseconds: a thread would cost more than it saves
+        else:
+            prune = await anyio.to_thread.run_sync(report_and_ask)
         self.last_reported_step = step
         if not prune:
             return False
@@ -268,6 +272,11 @@ def _is_step(value: object) -> TypeGuard[int]:
 
 def _number(trial: optuna.trial.BaseTrial | None) -> object:
     return getattr(trial, "number", "?")
+
+
+def _in_memory(trial: optuna.trial.BaseTrial) -> bool:
+    """Whether ``trial``'s study lives in this process's memory (no I/O to report)."""
+    return isinstance(getattr(trial, "storage", None), optuna.storages.InMemoryStorage)
 
 
 def _last_step_held(trial: optuna.trial.BaseTrial | None) -> int:
