@@ -26,9 +26,7 @@ async def run_sessions(hooks: list[ProgressHook], steps: list[int], lines: list[
     """Run one session per hook at once, recording how many lines the display has."""
 
     async def train(hook: ProgressHook, last: int) -> None:
-        session = monitored.MonitoredSession(
-            hooks=[hook, monitored.StopAtStepHook(last_step=last)]
-        )
+        session = monitored.MonitoredSession(hooks=[hook, monitored.StopAtStepHook(last_step=last)])
         async with session:
             while not session.should_stop():
                 await session.run(step)
@@ -45,8 +43,7 @@ async def test_sessions_on_one_console_share_one_live_display_with_a_line_each()
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=True, width=160)
     hooks = [
-        ProgressHook(show=["loss"], every_n_steps=1, mode="live", console=console)
-        for _ in range(3)
+        ProgressHook(show=["loss"], every_n_steps=1, mode="live", console=console) for _ in range(3)
     ]
     lines: list[int] = []
     await run_sessions(hooks, [20, 30, 40], lines)
