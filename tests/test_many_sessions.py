@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import numpy as np
 import pytest
 
@@ -78,7 +79,7 @@ async def train(i: int, directory: Path, last_step: int, seen: dict[int, Any]) -
         seen[i] = list(session.plugins)
         while not session.should_stop():
             await session.run(step)
-            await anyio.sleep(0)  # let the other sessions' steps in between
+            await anyio.lowlevel.checkpoint()  # let the other sessions' steps in between
     return state
 
 
@@ -169,7 +170,7 @@ async def test_one_session_failing_ends_that_session_only_when_the_caller_says_s
             ) as session:
                 while not session.should_stop():
                     await session.run(step)
-                    await anyio.sleep(0)
+                    await anyio.lowlevel.checkpoint()
         except RuntimeError as exc:  # this session's failure, handled here: the others go on
             ended[i] = str(exc)
             return
