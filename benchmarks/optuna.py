@@ -72,6 +72,16 @@ async def timed_study(n_trials: int, concurrency: int, steps: int) -> float:
     return elapsed
 
 
+class EmptyHook:
+    """A hook whose per-step methods do nothing: what any per-step hook costs a session."""
+
+    def before_run(self, run_context: Any) -> None:
+        return None
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        return None
+
+
 def bump(state: monitored.TrainState) -> None:
     state.global_step += 1
 
@@ -101,6 +111,7 @@ async def idle_cost(steps: int, block_steps: int) -> dict[str, float]:
             "evaluations": session({"optuna": {"monitor": "accuracy"}}, [], OTHERS),
             "outputs": session({"optuna": {"monitor": "loss", "every_n_steps": never}}, [], OTHERS),
             "hook": session(None, [OptunaPruningHook(trial, "loss", every_n_steps=never)], OTHERS),
+            "empty": session(None, [EmptyHook()], [*OTHERS, "optuna"]),
         }
         async with (
             runners["without"],
@@ -108,6 +119,7 @@ async def idle_cost(steps: int, block_steps: int) -> dict[str, float]:
             runners["evaluations"],
             runners["outputs"],
             runners["hook"],
+            runners["empty"],
         ):
             for name in ("evaluations", "outputs"):
                 assert any(isinstance(i.plugin, OptunaPruningHook) for i in runners[name].plugins)
@@ -154,6 +166,7 @@ async def main(repeats: int, steps: int, idle_steps: int) -> None:
         "evaluations": [],
         "outputs": [],
         "hook": [],
+        "empty": [],
     }
     for _ in range(repeats):
         for name, value in (await idle_cost(idle_steps, 1000)).items():
@@ -168,6 +181,7 @@ async def main(repeats: int, steps: int, idle_steps: int) -> None:
         ("evaluations", "plugin watching an evaluation metric"),
         ("outputs", "plugin watching a step output, not due"),
         ("hook", "OptunaPruningHook(every_n_steps=10**9) in hooks="),
+        ("empty", "for scale: a hook with empty before_run and after_run"),
     ):
         median = statistics.median(costs[name])
         print(f"| {label} | {median * 1e6:.2f} | {(median - base) * 1e6:+.2f} |")
