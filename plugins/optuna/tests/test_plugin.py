@@ -139,3 +139,19 @@ async def test_an_evaluation_session_does_not_load_it() -> None:
             plugin_options=OPTIONS,
         )
     assert reported(trial) == {}
+
+
+def test_monitored_plugins_lists_it_with_its_capability() -> None:
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "monitored", "plugins", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rows = {row["name"]: row for row in json.loads(done.stdout)}
+    assert rows["optuna"]["distribution"] == "monitored-optuna"
+    assert rows["optuna"]["provides"] == ["pruning"]
