@@ -12,6 +12,7 @@ from rich.console import Console
 
 import monitored
 from monitored_progress import ProgressHook
+from monitored_progress import _hook
 from monitored_progress._hook import _Display
 
 pytestmark = pytest.mark.anyio
@@ -56,7 +57,11 @@ async def test_sessions_on_one_console_share_one_live_display_with_a_line_each()
     assert "loss=40" in text
 
 
-async def test_hooks_without_a_console_draw_on_the_one_display_of_the_process() -> None:
+async def test_hooks_without_a_console_draw_on_the_one_display_of_the_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The process's console is made at first use: not one an earlier test made (a notebook's).
+    monkeypatch.setattr(_hook, "_console", None)
     hooks = [ProgressHook(every_n_steps=5, mode="live") for _ in range(2)]
     lines: list[int] = []
     displays: list[Any] = []
