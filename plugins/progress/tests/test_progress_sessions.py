@@ -11,8 +11,7 @@ import pytest
 from rich.console import Console
 
 import monitored
-from monitored_progress import ProgressHook
-from monitored_progress import _hook
+from monitored_progress import ProgressHook, _hook
 from monitored_progress._hook import _Display
 
 pytestmark = pytest.mark.anyio
