@@ -237,3 +237,33 @@ def test_tf1_estimator_port_resumes_bit_for_bit_after_sigkill(
         assert resumed.global_step == straight.global_step == last
         for name in straight:
             np.testing.assert_array_equal(resumed[name], straight[name], err_msg=(trial, name))
+
+
+def test_sweep_prunes_a_poor_trial_and_finds_the_better_one(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    import optuna
+
+    monkeypatch.delenv("MONITORED_DISABLE_PLUGIN_AUTOLOAD")  # checkpoints of each trial
+    monkeypatch.setenv("MONITORED_DISABLE_PLUGINS", "progress")
+
+    sweep = load("sweep")
+    study = sweep.new_study(n_startup_trials=1, n_warmup_steps=10)
+    # Two good trials run at once; the poor third starts once one has finished, and the
+    # median of the finished prunes it at its first evaluation after the warm-up.
+    study.enqueue_trial({"learning_rate": 0.1, "hidden": 64})
+    study.enqueue_trial({"learning_rate": 0.05, "hidden": 32})
+    study.enqueue_trial({"learning_rate": 0.001, "hidden": 8})
+    anyio.run(sweep.sweep, study, 4, 60, 20, 2, str(tmp_path))
+    trials = sorted(study.trials, key=lambda t: t.number)
+    states = [t.state for t in trials]
+    assert len(states) == 4
+    assert states[:3] == [
+        optuna.trial.TrialState.COMPLETE,
+        optuna.trial.TrialState.COMPLETE,
+        optuna.trial.TrialState.PRUNED,
+    ]
+    assert study.best_value > 0.8
+    pruned = trials[2]
+    assert max(pruned.intermediate_values) < 60, "pruned before its last step"
+    assert (tmp_path / "trial-2" / "checkpoint").exists(), "the pruned trial's checkpoint"

@@ -53,6 +53,7 @@ CAPABILITIES: Final[Mapping[str, tuple[str, str]]] = {
     "early_stopping": ("early_stopping", "monitored-early-stopping"),
     "progress": ("progress", "monitored-progress"),
     "cluster": ("mpi", "monitored-mpi"),
+    "pruning": ("optuna", "monitored-optuna"),
 }
 
 

@@ -215,6 +215,8 @@ class MonitoredSession:
         #: Whether the session was created once: a restore after that (a rollback, a
         #: re-creation) leaves plugins with the state they have, not a fresh one.
         self._created_once = False
+        #: What ``raise_after_close`` asked to raise once the session closed normally.
+        self._after_close: BaseException | None = None
 
     # -- properties -----------------------------------------------------------------------
     @property
@@ -316,6 +318,8 @@ class MonitoredSession:
         await self._close(failure=failure)
         if failure is not None and failure is not exc:
             raise failure
+        if failure is None and self._after_close is not None:
+            raise self._after_close
         return end_of_input
 
     async def close(self) -> None:
@@ -326,6 +330,8 @@ class MonitoredSession:
             await self._close(failure=failure)
             if failure is not None:
                 raise failure
+            if self._after_close is not None:
+                raise self._after_close
 
     async def _close(self, failure: BaseException | None) -> None:
         if not self._open:
@@ -614,6 +620,26 @@ class MonitoredSession:
             # requested since then is agreed on at the end of the next step.
             return False
         return self._coord._stopped and not self._recovery_pending()
+
+    def raise_after_close(self, exc: BaseException) -> None:
+        """Stop, and raise ``exc`` from the ``async with`` once the session has closed.
+
+        For a hook whose verdict ends the run without it being a failure (Optuna's
+        ``TrialPruned``): the stop is requested through the coordinator, so it
+        takes effect after the current step, through the stop agreement of every
+        process; the close is a normal one (``end`` runs on every hook, a final
+        checkpoint and summaries are written); then ``exc`` is raised instead of
+        leaving the block normally. A failure of the session (an exception in the
+        block, a hook or a background task) is raised instead, ``exc`` dropped.
+        The first verdict asked for is the one raised.
+        """
+        if not isinstance(exc, BaseException):
+            raise TypeError(
+                f"raise_after_close takes an exception, got {type(exc).__name__}: {exc!r}"
+            )
+        if self._after_close is None:
+            self._after_close = exc
+        self._coord.request_stop()
 
     def _log_stop(self, requested_by: str | None) -> None:
         """Log who asked for the stop the processes agreed on."""

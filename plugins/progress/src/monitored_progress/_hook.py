@@ -163,8 +163,8 @@ class ProgressHook:
         self._savers: list[Any] = []
         self._saved = ""
         self._progress: Progress | None = None
+        self._display: _Display | None = None
         self._task: Any = None
-        self._streams: list[tuple[logging.StreamHandler[Any], IO[str]]] = []
 
     # -- hooks ----------------------------------------------------------------------------------
     def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
@@ -177,9 +177,7 @@ class ProgressHook:
             return
         console = self._console
         if mode == "live" and console is None:
-            from rich.console import Console
-
-            console = Console(stderr=True)
+            console = _default_console()
         if self.mode == "auto" and console is not None:
             mode = "live" if console.is_terminal or console.is_jupyter else "plain"
         if mode == "live" and console is not None and console.is_jupyter:
@@ -249,49 +247,13 @@ class ProgressHook:
 
     # -- drawing --------------------------------------------------------------------------------
     def _start_live(self, console: Console | None, step: int) -> None:
-        from rich.file_proxy import FileProxy
-        from rich.progress import (
-            BarColumn,
-            Progress,
-            TaskProgressColumn,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
         assert console is not None
-        columns = [
-            TextColumn("[bold]step {task.completed:.0f}[/]"),
-            BarColumn(),
-            TaskProgressColumn(),
-            TextColumn("{task.fields[rate]}"),
-            TimeElapsedColumn(),
-            TextColumn("ETA {task.fields[eta]}"),
-            TextColumn("{task.fields[values]}"),
-        ]
-        progress = Progress(
-            *columns,
-            console=console,
-            auto_refresh=False,
-            redirect_stdout=False,
-            redirect_stderr=False,
-        )
-        progress.start()
-        self._task = progress.add_task(
+        display = _Display.on(console)
+        self._display = display
+        self._progress = display.progress
+        self._task = display.progress.add_task(
             "train", total=self.total, completed=step, rate="", eta="-:--:--", values=""
         )
-        self._progress = progress
-        # Log records print above the bar through the same console, never through it.
-        for logger in (logging.getLogger(), logging.getLogger("monitored")):
-            for handler in logger.handlers:
-                if type(handler) is logging.StreamHandler and handler.stream in (
-                    sys.stderr,
-                    sys.stdout,
-                    sys.__stderr__,
-                    sys.__stdout__,
-                ):
-                    old = handler.setStream(FileProxy(console, handler.stream))
-                    if old is not None:
-                        self._streams.append((handler, old))
 
     def _refresh(self, step: int, now: float, *, final: bool = False) -> None:
         if now > self._last_time and step > self._last_step:
@@ -347,9 +309,112 @@ class ProgressHook:
 
     def _close(self) -> None:
         self._on = False
-        progress, self._progress = self._progress, None
-        if progress is not None:
-            progress.stop()
-        for handler, stream in reversed(self._streams):
+        self._progress = None
+        display, self._display = self._display, None
+        if display is not None:
+            display.leave(self._task)
+
+
+#: The console of live displays given none: one per process, so that sessions running
+#: at once share one live display (rich allows one per console).
+_console: Console | None = None
+
+
+def _default_console() -> Console:
+    global _console
+    if _console is None:
+        from rich.console import Console
+
+        _console = Console(stderr=True)
+    return _console
+
+
+@final
+class _Display:
+    """The one live display of a console, shared by the sessions drawing on it: a line each.
+
+    rich draws one live display per console at a time (a second is a
+    ``LiveError``), and two would overwrite each other's lines anyway. So the
+    first live ``ProgressHook`` on a console starts it, each one adds its line
+    (a task of one ``Progress``) and removes it when its session ends, and the
+    last one stops it and gives logging its streams back. Kept in a module-level
+    table by console: shared on purpose, safe for sessions in one event loop
+    (it is only touched from the loop's thread).
+    """
+
+    __slots__ = ("progress", "streams", "tasks")
+
+    _open: ClassVar[dict[int, _Display]] = {}
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.tasks = 0
+        self.streams: list[tuple[logging.StreamHandler[Any], IO[str]]] = []
+
+    @classmethod
+    def on(cls, console: Console) -> _Display:
+        """The display of ``console``, started if none is open; one more line is counted."""
+        display = cls._open.get(id(console))
+        if display is None:
+            display = cls._start(console)
+            cls._open[id(console)] = display
+        display.tasks += 1
+        return display
+
+    @staticmethod
+    def _start(console: Console) -> _Display:
+        from rich.file_proxy import FileProxy
+        from rich.progress import (
+            BarColumn,
+            Progress,
+            TaskProgressColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        columns = [
+            TextColumn("[bold]step {task.completed:.0f}[/]"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA {task.fields[eta]}"),
+            TextColumn("{task.fields[values]}"),
+        ]
+        progress = Progress(
+            *columns,
+            console=console,
+            auto_refresh=False,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        progress.start()
+        display = _Display(progress)
+        # Log records print above the bars through the same console, never through them.
+        for logger in (logging.getLogger(), logging.getLogger("monitored")):
+            for handler in logger.handlers:
+                if type(handler) is logging.StreamHandler and handler.stream in (
+                    sys.stderr,
+                    sys.stdout,
+                    sys.__stderr__,
+                    sys.__stdout__,
+                ):
+                    old = handler.setStream(FileProxy(console, handler.stream))
+                    if old is not None:
+                        display.streams.append((handler, old))
+        return display
+
+    def leave(self, task: Any) -> None:
+        """Remove one session's line; the last one out stops the display."""
+        self.tasks -= 1
+        if self.tasks > 0:
+            self.progress.remove_task(task)
+            self.progress.refresh()
+            return
+        self.progress.stop()
+        for handler, stream in reversed(self.streams):
             handler.setStream(stream)
-        self._streams.clear()
+        self.streams.clear()
+        for key, display in list(self._open.items()):
+            if display is self:
+                del self._open[key]

@@ -32,8 +32,12 @@ _armed: int = 0
 _recorder: Final[contextvars.ContextVar[Recorder | None]] = contextvars.ContextVar(
     "monitored_summaries_recorder", default=None
 )
-#: Hyperparameters given to :func:`hparams`, waiting for a hook to write them.
-_pending_hparams: list[tuple[dict[str, Any], dict[str, float | None]]] = []
+#: Hyperparameters given to :func:`hparams` in this context, waiting for a hook to write
+#: them. Per context, not per process: sessions running at once in one event loop (one
+#: task each, as ``monitored_optuna.optimize`` runs trials) each write their own.
+_pending_hparams: Final[
+    contextvars.ContextVar[tuple[tuple[dict[str, Any], dict[str, float | None]], ...]]
+] = contextvars.ContextVar("monitored_summaries_pending_hparams", default=())
 
 
 @final
@@ -247,7 +251,7 @@ def hparams(hparams: Mapping[str, Any], metrics: Mapping[str, float] | Sequence[
         if isinstance(metrics, Mapping)
         else dict.fromkeys(map(str, metrics))
     )
-    _pending_hparams.append((checked, final))
+    _pending_hparams.set((*_pending_hparams.get(), (checked, final)))
 
 
 def check_hparams(hparams: object, where: str) -> dict[str, Any]:
@@ -269,9 +273,9 @@ def check_hparams(hparams: object, where: str) -> dict[str, Any]:
 
 
 def take_hparams() -> list[tuple[dict[str, Any], dict[str, float | None]]]:
-    """The hyperparameters recorded since the last call."""
-    if not _pending_hparams:
+    """The hyperparameters recorded in this context since the last call."""
+    taken = _pending_hparams.get()
+    if not taken:
         return []
-    taken = list(_pending_hparams)
-    _pending_hparams.clear()
-    return taken
+    _pending_hparams.set(())
+    return list(taken)

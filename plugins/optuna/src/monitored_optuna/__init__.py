@@ -1,0 +1,33 @@
+"""monitored-optuna: Optuna trials trained by monitored sessions, pruned and run at once.
+
+:class:`OptunaPruningHook` reports an evaluation result or a step output to an
+Optuna trial and prunes it (a clean stop, then ``optuna.TrialPruned``); the
+installed ``optuna`` plugin does the same from options for the current trial.
+:func:`optimize` runs a study's trials, several at once, in one event loop
+through Optuna's ask/tell interface.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from ._errors import MonitoredValueError, OptunaConfigError, OptunaError
+from ._hook import OptunaPruningHook
+from ._optimize import optimize
+from ._trial import current_trial, use_trial
+
+try:
+    __version__ = version("monitored-optuna")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0+unknown"
+
+__all__ = [
+    "MonitoredValueError",
+    "OptunaConfigError",
+    "OptunaError",
+    "OptunaPruningHook",
+    "__version__",
+    "current_trial",
+    "optimize",
+    "use_trial",
+]

@@ -1,0 +1,55 @@
+"""The trial of the running task: how a session finds the trial it trains for.
+
+:func:`~monitored_optuna.optimize` runs each trial's objective in its own task
+with the trial set here; the installed ``optuna`` plugin and an
+``OptunaPruningHook(None, ...)`` read it when their session begins. A context
+variable, not a module global: each task of an event loop has its own copy, so
+eight trials running at once each see their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from typing import Any, Final
+
+import optuna
+
+from ._errors import OptunaConfigError
+
+__all__ = ["current_trial", "use_trial"]
+
+_trial: Final[contextvars.ContextVar[optuna.trial.BaseTrial | None]] = contextvars.ContextVar(
+    "monitored_optuna_trial", default=None
+)
+
+
+def current_trial() -> optuna.trial.BaseTrial | None:
+    """The trial this task trains for (set by ``optimize`` or ``use_trial``), if any."""
+    return _trial.get()
+
+
+@contextlib.contextmanager
+def use_trial(trial: optuna.trial.BaseTrial) -> Iterator[optuna.trial.BaseTrial]:
+    """Make ``trial`` the current trial of this task inside the ``with`` block.
+
+    For objectives run by something other than :func:`optimize` (Optuna's own
+    ``study.optimize`` in threads, your own ask/tell loop): sessions created in
+    the block report to ``trial`` through the installed ``optuna`` plugin.
+    """
+    check_trial(trial, "use_trial")
+    token = _trial.set(trial)
+    try:
+        yield trial
+    finally:
+        _trial.reset(token)
+
+
+def check_trial(trial: Any, where: str) -> None:
+    """Refuse what is not an Optuna trial, naming ``where`` it was given."""
+    if not isinstance(trial, optuna.trial.BaseTrial):
+        raise OptunaConfigError(
+            f"{where}: expected an optuna trial (optuna.trial.Trial from study.ask() or the "
+            f"objective's argument), got {type(trial).__name__}: {trial!r}"
+        )
