@@ -341,7 +341,7 @@ class MonitoredSession:
                     self._stop_agreed = self._cluster.agree_to_stop(True)
                 if self._fetcher.pending is not None:
                     await self._deliver_late(SessionRunContext(None, self))
-                await self.call_hook("end", self)
+                await self._call_end()
         finally:
             self._fetcher.drop()
             self._coord.request_stop()
@@ -359,6 +359,30 @@ class MonitoredSession:
                     self._state.unfinalize()
                 with anyio.CancelScope(shield=True):
                     await self._join(failure)
+
+    async def _call_end(self) -> None:
+        """Call every ``end``, even after one of them raised.
+
+        A plugin failing at the end must not cost another its final work (the
+        checkpoint hook's last save runs whatever hook came before it). The first
+        error is raised once every ``end`` has run, its note naming the hook and
+        plugin; the later ones are added to it as notes, never lost.
+        """
+        step = self._state.global_step
+        first: Exception | None = None
+        for call in self._require_plan()["end"]:
+            try:
+                await invoke(call, (self,), step)
+            except Exception as exc:
+                if first is None:
+                    first = exc
+                else:
+                    first.add_note(
+                        f"hook 'end' of {call.info.describe()} raised too: "
+                        f"{type(exc).__name__}: {exc}"
+                    )
+        if first is not None:
+            raise first
 
     async def _join(self, failure: BaseException | None) -> None:
         try:
