@@ -389,7 +389,8 @@ async def test_every_end_runs_and_the_first_error_carries_the_others_as_notes(
         async with monitored.MonitoredSession(state, hooks=hooks):
             pass
     assert info.value is first
-    assert ("a", "end") in log and ("last", "end") in log
+    assert ("a", "end") in log
+    assert ("last", "end") in log
     assert "raised in hook 'end' of hook 'hooks[1]:Broken'" in info.value.__notes__[0]
     assert "hook 'end' of hook 'hooks[3]:Broken'" in info.value.__notes__[1]
     assert "raised too: ValueError: second" in info.value.__notes__[1]

@@ -78,7 +78,8 @@ def _check_newest(directory: Path) -> int:
     step = manifest.step
     assert state.global_step == step
     assert np.all(state["small"] == step), (step, state["small"])
-    assert np.all(state["w"][:1024] == step) and not state["w"][1024:].any()
+    assert np.all(state["w"][:1024] == step)
+    assert not state["w"][1024:].any()
     return step
 
 

@@ -24,6 +24,7 @@ from monitored import (
     StopAtStepHook,
     TrainState,
 )
+from monitored._core import _plugins as plugins_module
 from monitored_checkpoint import (
     CheckpointDirectoryError,
     CheckpointRestoreHook,
@@ -34,7 +35,6 @@ from monitored_checkpoint import (
     Saver,
     latest_checkpoint,
 )
-from monitored._core import _plugins as plugins_module
 from monitored_checkpoint import _plugin as plugin_module
 
 pytestmark = pytest.mark.anyio
