@@ -52,6 +52,12 @@ from ._run import RunOptions, SessionRunArgs, SessionRunContext, SessionRunValue
 from ._scaffold import Scaffold, SessionManager
 from ._state import TrainState, check_global_step
 from ._tf1_arguments import refuse_tf1_arguments
+from ._watchdog import (
+    DEFAULT_BLOCKED_LOOP_SECS,
+    LoopWatchdog,
+    blocked_loop_threshold,
+    describe_culprit,
+)
 
 if TYPE_CHECKING:
     from ..metrics import Metric
@@ -111,6 +117,10 @@ class MonitoredSession:
         coord: the :class:`~monitored.Coordinator` to use (default: a new one). A
             ``Supervisor`` passes its own, so that ``sv.coord`` exists before the
             session starts.
+        blocked_loop_warning_secs: when a synchronous hook or step function
+            holds the event loop longer than this, log one warning naming it
+            (default 1 s; ``None`` or ``0``: never). Without the argument,
+            ``MONITORED_BLOCKED_LOOP_WARNING_SECS`` sets it (``off`` switches it off).
     """
 
     _recoverable = True
@@ -147,6 +157,7 @@ class MonitoredSession:
         session_creator: None = None,
         config: None = None,
         coord: Coordinator | None = None,
+        blocked_loop_warning_secs: float | None = DEFAULT_BLOCKED_LOOP_SECS,
     ) -> None:
         refuse_tf1_arguments(type(self).__name__, session_creator=session_creator, config=config)
         if state is not None and not isinstance(state, TrainState):
@@ -180,6 +191,10 @@ class MonitoredSession:
         self._plugin_options = plugin_options if plugin_options is not None else {}
         self._options: dict[str, dict[str, Any]] = {}
         self._coord = coord if coord is not None else Coordinator()
+        self._blocked_loop_secs = blocked_loop_threshold(
+            blocked_loop_warning_secs,
+            use_env=blocked_loop_warning_secs is DEFAULT_BLOCKED_LOOP_SECS,
+        )
         self._plan: CallPlan | None = None
         self._before_run: tuple[HookCall, ...] = ()
         self._after_run: tuple[HookCall, ...] = ()
@@ -261,6 +276,10 @@ class MonitoredSession:
             raise
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
+        if self._blocked_loop_secs is not None:
+            infos = self.plugins
+            watchdog = LoopWatchdog(self._blocked_loop_secs, lambda f: describe_culprit(f, infos))
+            self._task_group.start_soon(watchdog.run, name="monitored loop watchdog")
         self._coord._attach(self._task_group)
         self._open = True
         try:
