@@ -156,7 +156,13 @@ def _abort(frame: FrameType | None) -> None:
     """Raise ``KeyboardInterrupt`` now if ``frame`` may take it, else as soon as one may."""
     if _interruptible(frame) or _KICK_SIGNAL is None or not hasattr(signal, "pthread_kill"):
         raise KeyboardInterrupt
-    _Abort.pending = _Abort(_KICK_SIGNAL)
+    abort = _Abort.pending = _Abort(_KICK_SIGNAL)
+    abort.start()
+
+
+def _abort_within() -> float:
+    """:data:`ABORT_WITHIN_SECS`, read when an abort starts (tests shorten it)."""
+    return ABORT_WITHIN_SECS
 
 
 def _interruptible(frame: FrameType | None) -> bool:
@@ -207,8 +213,11 @@ class _Abort:
 
     def __init__(self, kick: signal.Signals) -> None:
         self._kick = kick
-        self._deadline = time.monotonic() + ABORT_WITHIN_SECS
+        self._deadline = time.monotonic() + _abort_within()
         self._previous: Handler = signal.signal(kick, self._handle)
+
+    def start(self) -> None:
+        """Start interrupting the main thread (once this abort is the pending one)."""
         main = threading.main_thread().ident
         threading.Thread(
             target=self._interrupt, args=(main,), name="monitored-checkpoint abort", daemon=True
