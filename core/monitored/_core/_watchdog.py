@@ -90,14 +90,14 @@ class LoopWatchdog:
     watch ends when that task is cancelled.
     """
 
-    __slots__ = ("_beat", "_describe", "_interval", "_loop_thread", "_stopped", "threshold")
+    __slots__ = ("_beat", "_describe", "_interval", "_loop_thread", "_stop", "threshold")
 
     def __init__(self, threshold: float, describe: Callable[[FrameType | None], str]) -> None:
         self.threshold = threshold
         self._describe = describe
         self._interval = threshold / 4
         self._beat = time.monotonic()
-        self._stopped = False
+        self._stop = threading.Event()
         self._loop_thread = threading.get_ident()
 
     async def run(self) -> None:
@@ -111,14 +111,15 @@ class LoopWatchdog:
                 self._beat = time.monotonic()
                 await anyio.sleep(self._interval)
         finally:
-            self._stopped = True
+            # The thread wakes at once and ends: no watchdog outlives its session.
+            self._stop.set()
+            watcher.join()
 
     def _watch(self) -> None:
-        while not self._stopped:
-            time.sleep(self._interval)
+        while not self._stop.wait(self._interval):
             # The beat task sleeps one interval between beats: beyond that, the loop was held.
             held = time.monotonic() - self._beat - self._interval
-            if held < self.threshold or self._stopped:
+            if held < self.threshold:
                 continue
             frame = sys._current_frames().get(self._loop_thread)
             try:
