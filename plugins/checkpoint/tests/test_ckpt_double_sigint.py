@@ -127,6 +127,7 @@ def _trial(script: Path, directory: Path, seed: int) -> tuple[float, float, int]
     return offset, took, child.returncode
 
 
+@pytest.mark.timeout(SECONDS + 300)
 def test_second_ctrl_c_always_ends_the_process(tmp_path: Path) -> None:
     script = tmp_path / "child.py"
     script.write_text(CHILD)
