@@ -29,6 +29,7 @@ previous handlers are put back when the session ends.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import logging
 import os
@@ -217,11 +218,13 @@ class _Abort:
         self._previous: Handler = signal.signal(kick, self._handle)
 
     def start(self) -> None:
-        """Start interrupting the main thread (once this abort is the pending one)."""
-        main = threading.main_thread().ident
-        threading.Thread(
-            target=self._interrupt, args=(main,), name="monitored-checkpoint abort", daemon=True
-        ).start()
+        """Start interrupting the main thread (once this abort is the pending one).
+
+        A bare ``_thread`` thread: ``threading.Thread.start`` takes the threading
+        module's own locks, which the interrupted code may be holding (starting
+        an anyio worker thread, say), and the interpreter does not wait for it at exit.
+        """
+        _thread.start_new_thread(self._interrupt, (threading.main_thread().ident,))
 
     def _interrupt(self, main: int | None) -> None:
         """Interrupt the main thread until the abort is raised (or the process ends)."""
