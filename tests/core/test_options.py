@@ -177,6 +177,95 @@ async def test_bad_options_in_the_environment_are_refused(
             pass
 
 
+@pytest.mark.parametrize(
+    ("env", "match"),
+    [
+        (
+            "progress.labels=" + '{"a": ' * 100_000 + "1" + "}" * 100_000,
+            r"MONITORED_PLUGIN_OPTIONS: option progress.labels: the value is 700001 characters "
+            r"long, more than the 65536",
+        ),
+        (
+            "progress.labels=" + '{"a": ' * 5000 + "1" + "}" * 5000,
+            r"MONITORED_PLUGIN_OPTIONS: option progress.labels: the JSON value is nested deeper "
+            r"than the 32 levels",
+        ),
+        (
+            'progress.labels={"a": ' + "[" * 33 + "]" * 33 + "}",
+            r"option progress.labels: the JSON value is nested deeper than the 32 levels",
+        ),
+        (
+            'progress.labels={"a": [' + ",".join(["1"] * 10_001) + "]}",
+            r"option progress.labels: the value holds more than the 10000 items",
+        ),
+        ("progress.show=" + ",".join(["x"] * 10_001), r"progress.show: the value holds more"),
+    ],
+    ids=["too-long", "deep-json", "33-levels", "too-many-items", "long-list"],
+)
+async def test_deeply_nested_or_huge_option_values_are_a_plugin_option_error(
+    progress: list, state: TrainState, monkeypatch: pytest.MonkeyPatch, env: str, match: str
+) -> None:
+    monkeypatch.setenv("MONITORED_PLUGIN_OPTIONS", env)
+    with pytest.raises(PluginOptionError, match=match) as info:
+        async with monitored.MonitoredSession(state):
+            pass
+    assert info.value.plugin == "progress"
+    assert progress == []
+
+
+async def test_option_values_at_the_bounds_are_taken(
+    progress: list, state: TrainState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deep = '{"a": ' + "[" * 31 + '"]}[{"' + "]" * 31 + "}"  # brackets in a string do not count
+    monkeypatch.setenv("MONITORED_PLUGIN_OPTIONS", f"progress.labels={deep}")
+    async with monitored.MonitoredSession(state):
+        pass
+    value = progress[0]["labels"]["a"]
+    for _ in range(30):
+        value = value[0]
+    assert value == ["]}[{"]
+
+
+def _nested(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("labels", "match"),
+    [
+        (_nested(33), r"plugin_options: option progress.labels: the value is nested deeper"),
+        ({"x": list(range(10_000))}, r"progress.labels: the value holds more than the 10000"),
+    ],
+    ids=["33-levels", "too-many-items"],
+)
+async def test_deep_or_huge_values_of_the_argument_are_refused(
+    progress: list, state: TrainState, labels: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(PluginOptionError, match=match):
+        async with monitored.MonitoredSession(
+            state, plugin_options={"progress": {"labels": labels}}
+        ):
+            pass
+    async with monitored.MonitoredSession(
+        state, plugin_options={"progress": {"labels": _nested(32)}}
+    ):
+        pass
+    assert progress == [{**DEFAULTS, "labels": _nested(32)}]
+
+
+async def test_a_value_that_contains_itself_is_refused(progress: list, state: TrainState) -> None:
+    labels: dict[str, Any] = {}
+    labels["self"] = labels
+    with pytest.raises(PluginOptionError, match="nested deeper than the 32 levels"):
+        async with monitored.MonitoredSession(
+            state, plugin_options={"progress": {"labels": labels}}
+        ):
+            pass
+
+
 async def test_unknown_plugins_in_the_environment_are_ignored(
     progress: list, state: TrainState, monkeypatch: pytest.MonkeyPatch
 ) -> None:

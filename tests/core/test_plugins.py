@@ -189,6 +189,49 @@ async def test_a_plugin_that_fails_to_import_names_plugin_and_distribution(
     assert info.value.distribution == "monitored-broken"
 
 
+RAISING_GETATTR_MODULE = """
+def __getattr__(name):
+    raise RuntimeError(f"no lookups here ({name})")
+
+def end():
+    pass
+"""
+
+RAISING_GETATTR_OBJECT = """
+class Plugin:
+    def __getattr__(self, name):
+        raise RuntimeError(f"no lookups here ({name})")
+
+    def end(self):
+        pass
+
+plugin = Plugin()
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "value"),
+    [(RAISING_GETATTR_MODULE, None), (RAISING_GETATTR_OBJECT, "fake_lookup_plugin:plugin")],
+    ids=["module", "object"],
+)
+async def test_a_plugin_whose_attribute_lookup_raises_is_named_with_its_distribution(
+    fake_plugin: Any, state: TrainState, source: str, value: str | None
+) -> None:
+    fake_plugin("lookup", source, dist="monitored-lookup", version="0.3", value=value)
+    with pytest.raises(monitored.PluginLoadError) as info:
+        async with monitored.MonitoredSession(state):
+            pytest.fail("must fail at session start")
+    message = str(info.value)
+    assert "plugin 'lookup' (distribution monitored-lookup 0.3)" in message
+    assert "looking up its attribute 'cluster' raised RuntimeError: no lookups here" in message
+    assert "set MONITORED_DISABLE_PLUGINS=lookup" in message
+    assert "pip uninstall monitored-lookup" in message
+    assert (info.value.plugin, info.value.distribution) == ("lookup", "monitored-lookup")
+    assert isinstance(info.value.__cause__, RuntimeError)
+    async with monitored.MonitoredSession(state, disable_plugins=["lookup"]) as sess:
+        assert sess.plugins == ()
+
+
 async def test_a_disabled_broken_plugin_is_not_imported(
     fake_plugin: Any, state: TrainState
 ) -> None:

@@ -354,13 +354,46 @@ async def test_exception_in_end_propagates_after_closing(state: TrainState) -> N
     sess = monitored.MonitoredSession(
         state, hooks=[Recorder("a", log), Broken(), Recorder("b", log)]
     )
-    with pytest.raises(OSError, match="cannot save"):
+    with pytest.raises(OSError, match="cannot save") as info:
         async with sess:
             await sess.run(counting_step)
     assert ("a", "end") in log
-    assert ("b", "end") not in log  # as in TF1: a failing end() stops the others
+    assert ("b", "end") in log, "a failing end does not cost the others theirs"
+    [note] = info.value.__notes__
+    assert note.startswith("raised in hook 'end' of hook 'hooks[1]:Broken' (")
+    assert note.endswith(".Broken) at step 1")
     with pytest.raises(RuntimeError, match="closed"):
         await sess.run(counting_step)
+
+
+async def test_every_end_runs_and_the_first_error_carries_the_others_as_notes(
+    state: TrainState,
+) -> None:
+    class Broken:
+        def __init__(self, error: Exception) -> None:
+            self.error = error
+
+        def end(self, session: Any) -> None:
+            raise self.error
+
+    log: list = []
+    first, second = OSError("first"), ValueError("second")
+
+    class Last(Recorder):
+        @monitored.hookimpl(trylast=True)
+        def end(self, session: Any) -> None:
+            log.append(("last", "end"))
+
+    hooks = [Last("last", log), Broken(first), Recorder("a", log), Broken(second)]
+    with pytest.raises(OSError) as info:
+        async with monitored.MonitoredSession(state, hooks=hooks):
+            pass
+    assert info.value is first
+    assert ("a", "end") in log
+    assert ("last", "end") in log
+    assert "raised in hook 'end' of hook 'hooks[1]:Broken'" in info.value.__notes__[0]
+    assert "hook 'end' of hook 'hooks[3]:Broken'" in info.value.__notes__[1]
+    assert "raised too: ValueError: second" in info.value.__notes__[1]
 
 
 async def test_run_outside_the_context_manager_is_an_error(state: TrainState) -> None:

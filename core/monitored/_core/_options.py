@@ -8,6 +8,13 @@ script, with ``MONITORED_PLUGIN_OPTIONS="progress.every_n_steps=10;progress.show
 The argument wins over the environment, the environment over the declared
 default. Every value is checked against its option's type before the session
 starts, and a misspelled plugin or option name is an error, not a silent no-op.
+
+Values are bounded, since the environment may be set by someone else: at most
+:data:`MAX_OPTION_TEXT` characters of text per value in the environment, and
+(from either source) at most :data:`MAX_OPTION_DEPTH` levels of nesting and
+:data:`MAX_OPTION_ITEMS` items in all; the depth of a JSON object is checked
+before it is parsed, so a deeply nested one is this module's error, never a
+``RecursionError``.
 """
 
 from __future__ import annotations
@@ -22,10 +29,25 @@ from typing import Any, Final, final
 
 from ._errors import PluginOptionError
 
-__all__ = ["OPTIONS_ENV", "Option", "options_from_env", "resolve_options"]
+__all__ = [
+    "MAX_OPTION_DEPTH",
+    "MAX_OPTION_ITEMS",
+    "MAX_OPTION_TEXT",
+    "OPTIONS_ENV",
+    "Option",
+    "options_from_env",
+    "resolve_options",
+]
 
 #: ``plugin.option=value`` entries separated by ``;``: options set from the environment.
 OPTIONS_ENV: Final = "MONITORED_PLUGIN_OPTIONS"
+
+#: The deepest nesting of an option value: a ``dict`` option's mapping is level 1.
+MAX_OPTION_DEPTH: Final = 32
+#: The most keys, items and scalars one option value holds, all levels together.
+MAX_OPTION_ITEMS: Final = 10_000
+#: The longest text of one value in ``MONITORED_PLUGIN_OPTIONS`` (characters).
+MAX_OPTION_TEXT: Final = 65_536
 
 _TYPES: Final = (bool, int, float, str, list, dict)
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
@@ -74,6 +96,8 @@ class Option:
         kind = self.value_type
         if value is None and self.default is None:
             return None
+        if isinstance(value, Mapping | list | tuple):
+            _check_bounds(value, where)
         if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
         if kind is list and isinstance(value, list | tuple):
@@ -91,6 +115,13 @@ class Option:
     def parse(self, text: str, where: str) -> Any:
         """Convert ``text`` (from the environment) to this option's type."""
         kind = self.value_type
+        if len(text) > MAX_OPTION_TEXT:
+            raise PluginOptionError(
+                f"{where}: the value is {len(text)} characters long, more than the "
+                f"{MAX_OPTION_TEXT} an option value may have"
+            )
+        if kind is dict:
+            _check_json_depth(text, where)
         try:
             if kind is bool:
                 if text.strip().lower() in _TRUE:
@@ -109,9 +140,72 @@ class Option:
         except ValueError as exc:
             # json.JSONDecodeError is a ValueError; its position helps with a long object.
             detail = f" ({exc})" if isinstance(exc, json.JSONDecodeError) else ""
+            shown = text if len(text) <= 200 else f"{text[:200]}..."
             raise PluginOptionError(
-                f"{where}: expected {_describe(kind)}, got {text!r}{detail}"
+                f"{where}: expected {_describe(kind)}, got {shown!r}{detail}"
             ) from None
+
+
+def _check_json_depth(text: str, where: str) -> None:
+    """Refuse JSON text nested deeper than :data:`MAX_OPTION_DEPTH`, before parsing it.
+
+    The parser recurses once per level: a deep enough text (``[[[[...``) would end
+    in a ``RecursionError``. Brackets inside strings do not count.
+    """
+    depth = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_OPTION_DEPTH:
+                raise PluginOptionError(
+                    f"{where}: the JSON value is nested deeper than the {MAX_OPTION_DEPTH} "
+                    "levels an option value may have"
+                )
+        elif char in "]}":
+            depth -= 1
+
+
+def _check_bounds(value: object, where: str) -> None:
+    """Refuse a value nested deeper than :data:`MAX_OPTION_DEPTH` or holding more than
+    :data:`MAX_OPTION_ITEMS` items (a value that contains itself is infinitely deep).
+
+    Walked with a stack, not recursively, so no depth costs a ``RecursionError``.
+    """
+    stack: list[tuple[object, int]] = [(value, 1)]
+    items = 0
+    while stack:
+        current, depth = stack.pop()
+        if depth > MAX_OPTION_DEPTH:
+            raise PluginOptionError(
+                f"{where}: the value is nested deeper than the {MAX_OPTION_DEPTH} levels an "
+                "option value may have"
+            )
+        if isinstance(current, Mapping):
+            items += 2 * len(current)  # keys and values
+            children: Iterable[object] = current.values()
+        elif isinstance(current, list | tuple):
+            items += len(current)
+            children = current
+        else:
+            continue
+        if items > MAX_OPTION_ITEMS:
+            raise PluginOptionError(
+                f"{where}: the value holds more than the {MAX_OPTION_ITEMS} items an option "
+                "value may have"
+            )
+        stack.extend(
+            (child, depth + 1) for child in children if isinstance(child, Mapping | list | tuple)
+        )
 
 
 def _describe(kind: builtins.type) -> str:

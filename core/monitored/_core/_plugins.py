@@ -197,7 +197,37 @@ def load_entry_point(ep: importlib.metadata.EntryPoint) -> PluginInfo:
             plugin=ep.name,
             distribution=dist_name,
         )
-    return PluginInfo(ep.name, plugin, dist_name, version, "entry point")
+    info = PluginInfo(ep.name, plugin, dist_name, version, "entry point")
+    _check_attribute_lookup(info)
+    return info
+
+
+#: What the core reads from an installed plugin by name, each with a default
+#: (``getattr(plugin, name, default)``): the cluster it may supply, where it runs,
+#: the version of its saved state.
+_PLUGIN_ATTRIBUTES: Final = ("cluster", "chief_only", "training_only", "plugin_state_version")
+
+
+def _check_attribute_lookup(info: PluginInfo) -> None:
+    """Refuse, naming it, an installed plugin whose attribute lookup raises.
+
+    ``getattr`` with a default and ``hasattr`` swallow only ``AttributeError``; a
+    module ``__getattr__`` or an object's ``__getattr__`` that raises anything
+    else would fail the session later with a bare error from the core's own
+    lookup, naming neither the plugin nor the way to run without it.
+    """
+    for attribute in _PLUGIN_ATTRIBUTES:
+        try:
+            getattr(info.plugin, attribute, None)
+        except Exception as exc:
+            raise PluginLoadError(
+                f"{info.describe()}: looking up its attribute {attribute!r} raised "
+                f"{type(exc).__name__}: {exc} (a __getattr__ must raise AttributeError for "
+                f"names it does not have). To run without it, set {DISABLE_ENV}={info.name} "
+                f"(or pip uninstall {info.distribution})",
+                plugin=info.name,
+                distribution=info.distribution,
+            ) from exc
 
 
 _warned_env: set[frozenset[str]] = set()

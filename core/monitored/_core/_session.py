@@ -53,6 +53,12 @@ from ._run import RunOptions, SessionRunArgs, SessionRunContext, SessionRunValue
 from ._scaffold import Scaffold, SessionManager
 from ._state import TrainState, check_global_step
 from ._tf1_arguments import refuse_tf1_arguments
+from ._watchdog import (
+    DEFAULT_BLOCKED_LOOP_SECS,
+    LoopWatchdog,
+    blocked_loop_threshold,
+    describe_culprit,
+)
 
 if TYPE_CHECKING:
     from ..metrics import Metric
@@ -112,6 +118,10 @@ class MonitoredSession:
         coord: the :class:`~monitored.Coordinator` to use (default: a new one). A
             ``Supervisor`` passes its own, so that ``sv.coord`` exists before the
             session starts.
+        blocked_loop_warning_secs: when a synchronous hook or step function
+            holds the event loop longer than this, log one warning naming it
+            (default 1 s; ``None`` or ``0``: never). Without the argument,
+            ``MONITORED_BLOCKED_LOOP_WARNING_SECS`` sets it (``off`` switches it off).
     """
 
     _recoverable = True
@@ -148,6 +158,7 @@ class MonitoredSession:
         session_creator: None = None,
         config: None = None,
         coord: Coordinator | None = None,
+        blocked_loop_warning_secs: float | None = DEFAULT_BLOCKED_LOOP_SECS,
     ) -> None:
         refuse_tf1_arguments(type(self).__name__, session_creator=session_creator, config=config)
         if state is not None and not isinstance(state, TrainState):
@@ -181,6 +192,10 @@ class MonitoredSession:
         self._plugin_options = plugin_options if plugin_options is not None else {}
         self._options: dict[str, dict[str, Any]] = {}
         self._coord = coord if coord is not None else Coordinator()
+        self._blocked_loop_secs = blocked_loop_threshold(
+            blocked_loop_warning_secs,
+            use_env=blocked_loop_warning_secs is DEFAULT_BLOCKED_LOOP_SECS,
+        )
         self._plan: CallPlan | None = None
         self._before_run: tuple[HookCall, ...] = ()
         self._after_run: tuple[HookCall, ...] = ()
@@ -274,6 +289,10 @@ class MonitoredSession:
             raise
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
+        if self._blocked_loop_secs is not None:
+            infos = self.plugins
+            watchdog = LoopWatchdog(self._blocked_loop_secs, lambda f: describe_culprit(f, infos))
+            self._task_group.start_soon(watchdog.run, name="monitored loop watchdog")
         self._coord._attach(self._task_group)
         self._open = True
         try:
@@ -359,7 +378,7 @@ class MonitoredSession:
                     self._stop_agreed = self._cluster.agree_to_stop(True)
                 if self._fetcher.pending is not None:
                     await self._deliver_late(SessionRunContext(None, self))
-                await self.call_hook("end", self)
+                await self._call_end()
         finally:
             self._fetcher.drop()
             self._coord.request_stop()
@@ -377,6 +396,30 @@ class MonitoredSession:
                     self._state.unfinalize()
                 with anyio.CancelScope(shield=True):
                     await self._join(failure)
+
+    async def _call_end(self) -> None:
+        """Call every ``end``, even after one of them raised.
+
+        A plugin failing at the end must not cost another its final work (the
+        checkpoint hook's last save runs whatever hook came before it). The first
+        error is raised once every ``end`` has run, its note naming the hook and
+        plugin; the later ones are added to it as notes, never lost.
+        """
+        step = self._state.global_step
+        first: Exception | None = None
+        for call in self._require_plan()["end"]:
+            try:
+                await invoke(call, (self,), step)
+            except Exception as exc:
+                if first is None:
+                    first = exc
+                else:
+                    first.add_note(
+                        f"hook 'end' of {call.info.describe()} raised too: "
+                        f"{type(exc).__name__}: {exc}"
+                    )
+        if first is not None:
+            raise first
 
     async def _join(self, failure: BaseException | None) -> None:
         try:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +24,7 @@ from monitored import (
     StopAtStepHook,
     TrainState,
 )
+from monitored._core import _plugins as plugins_module
 from monitored_checkpoint import (
     CheckpointDirectoryError,
     CheckpointRestoreHook,
@@ -753,3 +756,81 @@ async def test_after_create_session_called_directly_saves_at_once(ckpt_dir: str)
 
 def _no_checkpoint(directory: str) -> bool:
     return not os.path.exists(directory) or steps_on_disk(directory) == []
+
+
+# -- a plugin failing at the end ------------------------------------------------------------------
+class FailingEnd:
+    """A hook whose ``end`` raises, called before the saver's (``tryfirst``)."""
+
+    @monitored.hookimpl(tryfirst=True)
+    def end(self, session: Any) -> None:
+        raise OSError("the end of this hook failed")
+
+
+class AlsoFailingEnd:
+    def end(self, session: Any) -> None:
+        raise ValueError("and so did this one")
+
+
+async def test_a_failing_end_does_not_cost_the_final_checkpoint(ckpt_dir: str) -> None:
+    saver = CheckpointSaverHook(ckpt_dir, save_steps=2)
+    hooks = [saver, StopAtStepHook(last_step=5), FailingEnd(), AlsoFailingEnd()]
+    with pytest.raises(OSError, match="the end of this hook failed") as caught:
+        async with MonitoredSession(new_state(), hooks=hooks, scaffold=Scaffold(init_fn=init)) as s:
+            while not s.should_stop():
+                await s.run(noisy_step)
+    assert steps_on_disk(ckpt_dir) == [0, 2, 4, 5], "every end ran, the saver's too"
+    assert latest_checkpoint(ckpt_dir) == os.path.join(ckpt_dir, "model.ckpt-5")
+    notes = caught.value.__notes__
+    assert "raised in hook 'end' of hook 'hooks[2]:FailingEnd'" in notes[0]
+    assert "hook 'end' of hook 'hooks[3]:AlsoFailingEnd'" in notes[1]
+    assert "ValueError: and so did this one" in notes[1]
+
+
+FAILING_END_PLUGIN = """
+class FailingEnd:
+    def end(self, session):
+        raise OSError("the end of this hook failed")
+
+def training_hooks(config):
+    return [FailingEnd()]
+"""
+
+
+async def test_a_failing_end_of_a_training_hooks_hook_does_not_cost_the_final_checkpoint(
+    ckpt_dir: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An installed plugin named to sort before "checkpoint": its training hook's end
+    # is called before the checkpoint hook's.
+    real = plugins_module.installed_entry_points()
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "fake_aaa_plugin.py").write_text(FAILING_END_PLUGIN)
+    info = site / "monitored_aaa-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: monitored-aaa\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[monitored]\naaa = fake_aaa_plugin\n")
+    monkeypatch.syspath_prepend(str(site))
+    fake = tuple(
+        ep
+        for dist in importlib.metadata.distributions(path=[str(site)])
+        for ep in dist.entry_points
+        if ep.group == "monitored"
+    )
+    monkeypatch.setattr(plugins_module, "installed_entry_points", lambda: (*fake, *real))
+    try:
+        with pytest.raises(OSError, match="the end of this hook failed") as caught:
+            async with MonitoredTrainingSession(
+                new_state(),
+                checkpoint_dir=ckpt_dir,
+                save_checkpoint_steps=2,
+                hooks=[StopAtStepHook(last_step=5)],
+                scaffold=Scaffold(init_fn=init),
+                log_step_count_steps=None,
+            ) as sess:
+                while not sess.should_stop():
+                    await sess.run(noisy_step)
+    finally:
+        sys.modules.pop("fake_aaa_plugin", None)
+    assert latest_checkpoint(ckpt_dir) == os.path.join(ckpt_dir, "model.ckpt-5")
+    assert "<aaa>" in caught.value.__notes__[0], caught.value.__notes__

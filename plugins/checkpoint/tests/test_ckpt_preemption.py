@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from monitored_checkpoint import (
     latest_checkpoint,
     restore_latest,
 )
+from monitored_checkpoint import _preemption as preemption
 from monitored_checkpoint._preemption import SignalWatcher
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGTERM"), reason="POSIX signals")
@@ -178,6 +180,75 @@ def test_watcher_second_sigint_raises_keyboard_interrupt() -> None:
         assert signal.getsignal(signal.SIGINT) is before, "abort restores the old handler"
     finally:
         watcher.uninstall()
+
+
+#: A function that the abort must treat as the machinery's: defined in a module
+#: named like anyio's. It sends the second SIGINT and then stays in the machinery.
+MACHINERY = """
+import os, signal, time
+
+def second_sigint_inside(seconds, done):
+    os.kill(os.getpid(), signal.SIGINT)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pass
+    done.append(True)
+
+def blocked_inside(seconds, done):
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(seconds)
+    done.append(True)
+"""
+
+
+def _machinery() -> dict[str, Any]:
+    namespace: dict[str, Any] = {"__name__": "anyio._machinery_under_test"}
+    exec(compile(MACHINERY, "<anyio machinery>", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGURG"), reason="needs SIGURG")
+def test_a_second_sigint_inside_the_machinery_is_raised_once_out_of_it() -> None:
+    machinery, done = _machinery(), []
+    watcher = SignalWatcher()
+    assert watcher.install()
+    urg_before = signal.getsignal(signal.SIGURG)
+    try:
+        signal.raise_signal(signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt) as caught:
+            machinery["second_sigint_inside"](0.2, done)
+            done.append("back in the user's code")
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:  # the interrupt comes here, within milliseconds
+                time.sleep(0.001)
+    finally:
+        watcher.uninstall()
+    assert done[0] is True, "never raised inside the machinery"
+    handler, raised_in = caught.traceback[-1], caught.traceback[-2]
+    assert handler.frame.code.name == "_handle"
+    assert raised_in.frame.code.name == (
+        "test_a_second_sigint_inside_the_machinery_is_raised_once_out_of_it"
+    )
+    assert signal.getsignal(signal.SIGURG) is urg_before, "the kick signal's handler is back"
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGURG"), reason="needs SIGURG")
+def test_a_second_sigint_held_inside_the_machinery_is_raised_there_after_a_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(preemption, "ABORT_WITHIN_SECS", 0.2)
+    machinery, done = _machinery(), []
+    watcher = SignalWatcher()
+    assert watcher.install()
+    started = time.monotonic()
+    try:
+        signal.raise_signal(signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt):
+            machinery["blocked_inside"](30.0, done)  # blocked: only the bound ends it
+    finally:
+        watcher.uninstall()
+    assert done == []
+    assert 0.2 <= time.monotonic() - started < 5
 
 
 def test_watcher_leaves_a_handler_set_by_someone_else() -> None:

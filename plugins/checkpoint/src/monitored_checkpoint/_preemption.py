@@ -8,6 +8,17 @@ and the session closes normally. A SIGINT after that raises
 ``KeyboardInterrupt`` at once (abort); a repeated SIGTERM is ignored, the save
 being under way already.
 
+"At once", but never inside the machinery: a ``KeyboardInterrupt`` raised in
+the middle of the event loop's, anyio's or this library's own code can leave
+an anyio worker thread started but never told to stop (the interpreter then
+waits for it forever at exit), a future never resolved (the main task waits
+forever) or a cancel scope half updated. So the abort is raised where the
+main thread is when the signal comes only if that is the user's code (a step,
+a hook) or the event loop waiting in ``select``; anywhere else it is deferred
+to the first such point, which a helper thread finds by interrupting the main
+thread every millisecond (with ``SIGURG``, ignored by default, so that a late
+one is harmless) until the abort is raised, at most :data:`ABORT_WITHIN_SECS`.
+
 Plain ``signal.signal`` handlers, not ``anyio.open_signal_receiver``: a receiver
 is a task, and tasks do not run while a loop of synchronous steps never yields
 to the event loop; and asyncio resets a removed handler to the default rather
@@ -18,16 +29,19 @@ previous handlers are put back when the session ends.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any, Final, final
 
-__all__ = ["DEFAULT_SIGNALS", "SignalWatcher"]
+__all__ = ["ABORT_WITHIN_SECS", "DEFAULT_SIGNALS", "SignalWatcher"]
 
 log = logging.getLogger("monitored.checkpoint")
 
@@ -37,6 +51,19 @@ DEFAULT_SIGNALS: Final = tuple(
 )
 
 Handler = Callable[[int, FrameType | None], Any] | int | None
+
+#: The longest a second SIGINT waits for a point outside the machinery before its
+#: ``KeyboardInterrupt`` is raised wherever the main thread is (a main thread
+#: blocked that long inside library code would otherwise never be interrupted).
+ABORT_WITHIN_SECS: Final = 2.0
+#: How often the abort helper interrupts the main thread while the abort waits.
+_KICK_SECS: Final = 0.001
+#: The signal the helper interrupts the main thread with: ignored by default, so
+#: one arriving after the abort was raised does nothing.
+_KICK_SIGNAL: Final = getattr(signal, "SIGURG", None)
+#: Top-level packages whose code a ``KeyboardInterrupt`` must not land in: the
+#: event loop, anyio, and this library (the core and its plugins).
+_MACHINERY: Final = frozenset({"asyncio", "anyio", "sniffio", "trio", "outcome", "monitored"})
 
 
 #: The watchers of every open session, and the handlers that were in place
@@ -115,7 +142,8 @@ class SignalWatcher:
             return
         if signum == signal.SIGINT:
             self.uninstall()
-            raise KeyboardInterrupt
+            _say("monitored-checkpoint: SIGINT again: aborting")
+            _abort(frame)
         # A repeated SIGTERM: the save it asks for is under way already.
 
 
@@ -123,3 +151,92 @@ def _say(line: str) -> None:
     """Write to stderr without the locks of ``print`` or ``logging`` (signal-safe)."""
     with contextlib.suppress(OSError):
         os.write(2, (line + "\n").encode())
+
+
+def _abort(frame: FrameType | None) -> None:
+    """Raise ``KeyboardInterrupt`` now if ``frame`` may take it, else as soon as one may."""
+    if _interruptible(frame) or _KICK_SIGNAL is None or not hasattr(signal, "pthread_kill"):
+        raise KeyboardInterrupt
+    abort = _Abort.pending = _Abort(_KICK_SIGNAL)
+    abort.start()
+
+
+def _abort_within() -> float:
+    """:data:`ABORT_WITHIN_SECS`, read when an abort starts (tests shorten it)."""
+    return ABORT_WITHIN_SECS
+
+
+def _interruptible(frame: FrameType | None) -> bool:
+    """Whether the main thread, running ``frame``, may take a ``KeyboardInterrupt`` there.
+
+    Yes in the user's code (the innermost frame outside the standard library is
+    not the machinery's) and in the event loop waiting for I/O; no inside the
+    event loop, anyio or this library, whose state it could leave half updated.
+    """
+    if frame is None or _idle_in_select(frame):
+        return True
+    current: FrameType | None = frame
+    while current is not None:
+        top = str(current.f_globals.get("__name__", "")).partition(".")[0]
+        if top in _MACHINERY or top.startswith("monitored_"):
+            return False
+        if top not in sys.stdlib_module_names:
+            return True
+        current = current.f_back
+    return True
+
+
+def _idle_in_select(frame: FrameType) -> bool:
+    """Whether ``frame`` is asyncio's loop waiting in ``select``: nothing is half done there."""
+    caller = frame.f_back
+    return (
+        frame.f_code.co_name == "select"
+        and frame.f_globals.get("__name__") == "selectors"
+        and caller is not None
+        and caller.f_code.co_name == "_run_once"
+        and caller.f_globals.get("__name__") == "asyncio.base_events"
+    )
+
+
+@final
+class _Abort:
+    """A ``KeyboardInterrupt`` waiting for the main thread to leave the machinery.
+
+    A daemon thread interrupts the main thread with ``kick`` every
+    :data:`_KICK_SECS`; the handler raises the interrupt at the first point that
+    may take it, or anywhere once :data:`ABORT_WITHIN_SECS` have passed.
+    """
+
+    #: The abort waiting to be raised, if any (one per process: it ends the process).
+    pending: _Abort | None = None
+
+    __slots__ = ("_deadline", "_kick", "_previous")
+
+    def __init__(self, kick: signal.Signals) -> None:
+        self._kick = kick
+        self._deadline = time.monotonic() + _abort_within()
+        self._previous: Handler = signal.signal(kick, self._handle)
+
+    def start(self) -> None:
+        """Start interrupting the main thread (once this abort is the pending one).
+
+        A bare ``_thread`` thread: ``threading.Thread.start`` takes the threading
+        module's own locks, which the interrupted code may be holding (starting
+        an anyio worker thread, say), and the interpreter does not wait for it at exit.
+        """
+        _thread.start_new_thread(self._interrupt, (threading.main_thread().ident,))
+
+    def _interrupt(self, main: int | None) -> None:
+        """Interrupt the main thread until the abort is raised (or the process ends)."""
+        while _Abort.pending is self and main is not None:
+            with contextlib.suppress(OSError, ValueError):
+                signal.pthread_kill(main, self._kick)
+            time.sleep(_KICK_SECS)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if _Abort.pending is not self:
+            return
+        if _interruptible(frame) or time.monotonic() >= self._deadline:
+            _Abort.pending = None
+            signal.signal(self._kick, self._previous)
+            raise KeyboardInterrupt
