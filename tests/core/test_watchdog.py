@@ -11,7 +11,7 @@ import pytest
 
 import monitored
 from monitored import TrainState
-from monitored._core._watchdog import BLOCKED_LOOP_ENV, blocked_loop_threshold
+from monitored._core._watchdog import BLOCKED_LOOP_ENV, FROM_ENV, blocked_loop_threshold
 
 #: Short enough for a quick test, long enough that a loaded machine's pauses do not count.
 THRESHOLD = 0.3
@@ -175,4 +175,25 @@ def test_bad_thresholds_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="MONITORED_BLOCKED_LOOP_WARNING_SECS='soon': give a"):
         monitored.MonitoredSession()
     monkeypatch.setenv(BLOCKED_LOOP_ENV, "")
-    assert blocked_loop_threshold(1.0, use_env=True) == 1.0
+    assert blocked_loop_threshold(FROM_ENV) == 1.0
+
+
+async def test_an_explicit_threshold_of_one_second_wins_over_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The default is a marker, not the number 1.0: an explicit 1.0 is never the environment's."""
+    monkeypatch.setenv(BLOCKED_LOOP_ENV, "off")
+    assert blocked_loop_threshold(1.0) == 1.0
+    assert blocked_loop_threshold(FROM_ENV) is None
+    assert monitored.MonitoredSession(blocked_loop_warning_secs=1.0)._blocked_loop_secs == 1.0
+
+
+async def test_monitored_training_session_takes_the_blocked_loop_threshold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(BLOCKED_LOOP_ENV, raising=False)
+    sess = monitored.MonitoredTrainingSession(blocked_loop_warning_secs=None)
+    assert sess._blocked_loop_secs is None
+    assert (
+        monitored.MonitoredTrainingSession(blocked_loop_warning_secs=0.5)._blocked_loop_secs == 0.5
+    )

@@ -54,7 +54,7 @@ from ._scaffold import Scaffold, SessionManager
 from ._state import TrainState, check_global_step
 from ._tf1_arguments import refuse_tf1_arguments
 from ._watchdog import (
-    DEFAULT_BLOCKED_LOOP_SECS,
+    FROM_ENV,
     LoopWatchdog,
     blocked_loop_threshold,
     describe_culprit,
@@ -158,7 +158,7 @@ class MonitoredSession:
         session_creator: None = None,
         config: None = None,
         coord: Coordinator | None = None,
-        blocked_loop_warning_secs: float | None = DEFAULT_BLOCKED_LOOP_SECS,
+        blocked_loop_warning_secs: float | None = FROM_ENV,
     ) -> None:
         refuse_tf1_arguments(type(self).__name__, session_creator=session_creator, config=config)
         if state is not None and not isinstance(state, TrainState):
@@ -192,10 +192,7 @@ class MonitoredSession:
         self._plugin_options = plugin_options if plugin_options is not None else {}
         self._options: dict[str, dict[str, Any]] = {}
         self._coord = coord if coord is not None else Coordinator()
-        self._blocked_loop_secs = blocked_loop_threshold(
-            blocked_loop_warning_secs,
-            use_env=blocked_loop_warning_secs is DEFAULT_BLOCKED_LOOP_SECS,
-        )
+        self._blocked_loop_secs = blocked_loop_threshold(blocked_loop_warning_secs)
         self._plan: CallPlan | None = None
         self._before_run: tuple[HookCall, ...] = ()
         self._after_run: tuple[HookCall, ...] = ()

@@ -18,6 +18,7 @@ from ._scaffold import Scaffold
 from ._session import MonitoredSession
 from ._state import TrainState
 from ._tf1_arguments import refuse_tf1_arguments
+from ._watchdog import FROM_ENV
 
 __all__ = ["USE_DEFAULT", "MonitoredTrainingSession"]
 
@@ -56,6 +57,7 @@ def MonitoredTrainingSession(
     recovery_wait_secs: float = 30,
     config: None = None,
     save_graph_def: None = None,
+    blocked_loop_warning_secs: float | None = FROM_ENV,
 ) -> MonitoredSession:
     """A :class:`MonitoredSession` set up for training, with TF1's defaults.
 
@@ -68,7 +70,8 @@ def MonitoredTrainingSession(
     ``save_summaries_steps=0``). ``recovery_wait_secs`` is how often a worker
     checks whether the chief has made the state ready. TF1's ``config=``,
     ``master=`` and ``save_graph_def=`` have no meaning here and are refused with
-    what to do instead.
+    what to do instead. ``blocked_loop_warning_secs`` is :class:`MonitoredSession`'s
+    (a hook or step holding the event loop longer is named in one warning).
     """
     refuse_tf1_arguments(
         "MonitoredTrainingSession",
@@ -131,6 +134,7 @@ def MonitoredTrainingSession(
         training_config=training_config,
         plugin_options=plugin_options,
         recovery_wait_secs=recovery_wait_secs,
+        blocked_loop_warning_secs=blocked_loop_warning_secs,
     )
 
 

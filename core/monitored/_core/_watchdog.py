@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from types import FrameType
-from typing import Final, final
+from typing import Any, Final, final
 
 # Bound at import: a test that patches ``anyio.sleep`` to fake the passing of
 # time (as tests of waiting hooks do) must not drive the watchdog's beat too.
@@ -37,6 +37,7 @@ from ._plugins import PluginInfo
 __all__ = [
     "BLOCKED_LOOP_ENV",
     "DEFAULT_BLOCKED_LOOP_SECS",
+    "FROM_ENV",
     "LoopWatchdog",
     "blocked_loop_threshold",
     "describe_culprit",
@@ -56,12 +57,34 @@ DEFAULT_BLOCKED_LOOP_SECS: Final = 1.0
 _OFF: Final = frozenset({"0", "off", "none", "false", "no"})
 
 
-def blocked_loop_threshold(given: float | None, *, use_env: bool) -> float | None:
+@final
+class _FromEnv:
+    """The default of ``blocked_loop_warning_secs``: the environment's, else 1 s.
+
+    A marker of its own (not the number 1.0) so that a threshold given
+    explicitly always wins over the environment, whatever its value.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"FROM_ENV ({BLOCKED_LOOP_ENV}, else {DEFAULT_BLOCKED_LOOP_SECS} s)"
+
+
+#: The default of every ``blocked_loop_warning_secs`` argument (see :class:`_FromEnv`).
+FROM_ENV: Final[Any] = _FromEnv()
+
+
+def blocked_loop_threshold(given: float | None) -> float | None:
     """The threshold in seconds (``None``: off): ``given``, else the environment's.
 
-    ``use_env`` is false when the caller gave a value explicitly. Raises
+    ``given`` is :data:`FROM_ENV` when the caller gave no value: then
+    ``MONITORED_BLOCKED_LOOP_WARNING_SECS`` decides, else the 1 s default. Raises
     ``ValueError`` for a negative value or a variable that is not a number or ``off``.
     """
+    use_env = given is FROM_ENV
+    if use_env:
+        given = DEFAULT_BLOCKED_LOOP_SECS
     raw = os.environ.get(BLOCKED_LOOP_ENV, "").strip() if use_env else ""
     if raw.lower() in _OFF:
         return None
