@@ -572,6 +572,16 @@ def test_no_provider_names_the_package_to_install(fake_plugin: Any) -> None:
     assert info.value.distribution == "monitored-checkpoint"
 
 
+def test_no_provider_without_a_reason_still_names_the_package(fake_plugin: Any) -> None:
+    fake_plugin("other", "def before_run(): pass")
+    with pytest.raises(monitored.MissingPluginError) as info:
+        monitored.provider("checkpoint")
+    assert str(info.value) == (
+        "a 'checkpoint' plugin is needed, but no installed plugin provides it (pip install "
+        "monitored-checkpoint, or from a clone of monitored: pip install ./plugins/checkpoint)"
+    )
+
+
 def test_a_disabled_provider_is_named_as_disabled(
     fake_checkpoints: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
