@@ -77,7 +77,7 @@ def test_save_checkpoint_refuses_a_basename_that_is_not_a_plain_name(
 
 @pytest.mark.parametrize("hook", [CheckpointSaverHook, CheckpointRestoreHook])
 async def test_an_explicit_checkpoint_hook_serves_the_capability_in_its_session(
-    ckpt_dir: str, hook: Any, monkeypatch: pytest.MonkeyPatch
+    ckpt_dir: str, tmp_path: Any, hook: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """It owns "checkpoint" there, so it serves ``monitored.provider(..., session=)``,
     even with the installed plugin disabled."""
@@ -86,6 +86,7 @@ async def test_an_explicit_checkpoint_hook_serves_the_capability_in_its_session(
         monitored.provider("checkpoint", "the test lists checkpoints")
     made = hook(ckpt_dir) if hook is CheckpointRestoreHook else hook(ckpt_dir, save_steps=1)
     state = TrainState({"w": np.zeros(2, np.float32)})
+    elsewhere = str(tmp_path / "elsewhere")  # not the directory the hook itself saves to
     async with monitored.MonitoredSession(state, hooks=[made]) as sess:
         checkpoints = monitored.provider("checkpoint", session=sess)
         assert checkpoints.info.plugin is made
@@ -93,11 +94,11 @@ async def test_an_explicit_checkpoint_hook_serves_the_capability_in_its_session(
         path = checkpoints.call(
             "save_checkpoint",
             state=state,
-            checkpoint_dir=ckpt_dir,
+            checkpoint_dir=elsewhere,
             basename="model.ckpt",
             step=7,
             plugin_states={},
             max_to_keep=2,
         )
-        assert checkpoints.call("latest_checkpoint", checkpoint_dir=ckpt_dir) == path
+        assert checkpoints.call("latest_checkpoint", checkpoint_dir=elsewhere) == path
         assert checkpoints.call("restore_checkpoint", state=state, path=path) == path
