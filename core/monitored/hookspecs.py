@@ -15,8 +15,8 @@ name, then implementations marked ``trylast``.
 
 The five events are TF1's ``SessionRunHook`` methods, with TF1's semantics; the
 others are the extension points the plugin ecosystem builds on, and the
-capability hooks (at the end) that the core calls on the one installed plugin
-that provides a capability (``provides = {"checkpoint"}``).
+capability hooks (at the end) that the core and other plugins call on the one
+plugin that provides a capability (``provides = {"checkpoint"}``).
 """
 
 from __future__ import annotations
@@ -252,9 +252,10 @@ def register_commands(commands: Commands) -> None:
 
 # --- capabilities: asked of the one installed plugin that provides them -----------------------
 #
-# A plugin declares what it provides (``provides = {"checkpoint"}``). The core finds
-# the installed provider of a capability and calls these on it alone, synchronously,
-# instead of importing a plugin package by name: another provider can stand in.
+# A plugin declares what it provides (``provides = {"checkpoint"}``). The core, and a
+# plugin that needs another's capability, find its provider (``monitored.provider``)
+# and call these on it alone, synchronously, instead of importing a plugin package by
+# name: another provider can stand in.
 
 
 @hookspec(firstresult=True)
