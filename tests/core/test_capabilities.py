@@ -518,6 +518,40 @@ async def test_a_rollback_passes_over_a_checkpoint_gone_before_it_is_restored(
     assert "ckpt-4.json" in warned
 
 
+async def test_a_rollback_with_every_older_checkpoint_gone_is_a_rollback_error(
+    fake_checkpoints: Any, tmp_path: Path
+) -> None:
+    from monitored_nan_guard import NanLossDuringTrainingError, NanTensorHook, RollbackError
+
+    saved = TrainState({"w": np.zeros(2, np.float32)})
+    saved.global_step = 2
+    fake_checkpoints.save(saved, str(tmp_path))
+    real = fake_checkpoints.list_checkpoints
+
+    def listed_then_gone(checkpoint_dir: str) -> Any:
+        listing = real(checkpoint_dir)
+        os.remove(os.path.join(checkpoint_dir, "ckpt-2.json"))
+        return listing
+
+    fake_checkpoints.list_checkpoints = listed_then_gone
+    guard = NanTensorHook("loss", on_nan="rollback", checkpoint_dir=tmp_path)
+    state = TrainState({"w": np.zeros(2, np.float32)})
+    state.global_step = 4
+
+    def nan(state: TrainState) -> dict[str, Any]:
+        stepping(state)
+        return {"loss": np.float32(np.nan)}
+
+    with pytest.raises(RollbackError) as info:
+        async with monitored.MonitoredSession(state, hooks=[guard]) as sess:
+            await sess.run(nan)
+    assert str(info.value) == (
+        f"NanTensorHook: loss = nan at step 5, and none of the checkpoints of {tmp_path} "
+        "older than step 5 could be restored"
+    )
+    assert isinstance(info.value.__cause__, NanLossDuringTrainingError)
+
+
 async def test_the_sessions_own_checkpoint_owner_serves_first(
     fake_checkpoints: Any, tmp_path: Path
 ) -> None:

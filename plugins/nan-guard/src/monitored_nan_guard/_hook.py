@@ -566,14 +566,12 @@ async def _restore_older(
             continue
         await session.load_plugin_states(plugin_states)  # every plugin back to that step
         return path
-    why = (
-        "none of its checkpoints older than that could be restored"
-        if older
-        else f"it holds no checkpoint older than step {failure.step} to roll back to"
-    )
-    raise RollbackError(
-        f"NanTensorHook: {failure.describe()}, and {checkpoint_dir}: {why}"
-    ) from _error(failure)
+    if older:
+        why = f"none of the checkpoints of {checkpoint_dir} older than step {failure.step} could "
+        why += "be restored"
+    else:
+        why = f"{checkpoint_dir} holds no checkpoint older than step {failure.step} to roll back to"
+    raise RollbackError(f"NanTensorHook: {failure.describe()}, and {why}") from _error(failure)
 
 
 def _entries(checkpoints: Provider, listed: Any) -> list[tuple[str, int, Mapping[str, Any]]]:
