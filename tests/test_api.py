@@ -110,6 +110,23 @@ def test_every_hookspec_has_a_docstring_and_a_section_in_the_hook_reference() ->
     assert headings <= set(_spec_names()), "docs/hooks.md documents hooks that do not exist"
 
 
+def test_the_capability_hooks_are_those_of_the_reference_section() -> None:
+    """``monitored.provider`` tells a session's owner of a capability by these names."""
+    from monitored._core._capabilities import CAPABILITY_HOOKS
+
+    section = _section("hooks.md", "## Capability hooks")
+    assert set(re.findall(r"^### `(\w+)\(", section, flags=re.MULTILINE)) == CAPABILITY_HOOKS
+    assert set(_spec_names()) >= CAPABILITY_HOOKS
+
+
+def test_plugins_find_a_capability_through_a_public_function() -> None:
+    """Issue 22: plugins reach another plugin's capability without importing it."""
+    assert {"provider", "Provider"} <= set(monitored.__all__)
+    assert "session" in inspect.signature(monitored.provider).parameters
+    guide = (DOCS / "plugins.md").read_text()
+    assert "monitored.provider(" in guide
+
+
 def test_errors_report_the_public_module_and_other_classes_their_own() -> None:
     for name in monitored.__all__:
         obj = getattr(monitored, name)

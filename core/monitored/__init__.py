@@ -18,6 +18,7 @@ from ._core._basic_hooks import (
     StepCounterHook,
     StopAtStepHook,
 )
+from ._core._capabilities import Provider, provider
 from ._core._cluster import Cluster, ClusterSpec, LocalCluster
 from ._core._commands import Commands
 from ._core._config import TrainingConfig
@@ -173,6 +174,7 @@ __all__ = [
     "PluginOptionError",
     "PluginValidationError",
     "ProfilerHook",
+    "Provider",
     "ProximalAdagradOptimizer",
     "ProximalGradientDescentOptimizer",
     "QueueRunner",
@@ -230,6 +232,7 @@ __all__ = [
     "piecewise_constant",
     "polynomial_decay",
     "prefetch",
+    "provider",
     "read_regular_file",
     "shuffle_batch",
     "start_queue_runners",

@@ -15,8 +15,8 @@ name, then implementations marked ``trylast``.
 
 The five events are TF1's ``SessionRunHook`` methods, with TF1's semantics; the
 others are the extension points the plugin ecosystem builds on, and the
-capability hooks (at the end) that the core calls on the one installed plugin
-that provides a capability (``provides = {"checkpoint"}``).
+capability hooks (at the end) that the core and other plugins call on the one
+plugin that provides a capability (``provides = {"checkpoint"}``).
 """
 
 from __future__ import annotations
@@ -51,12 +51,14 @@ __all__ = [
     "declare_options",
     "end",
     "latest_checkpoint",
+    "list_checkpoints",
     "load_plugin_state",
     "plugin_state",
     "read_checkpoint",
     "register_commands",
     "restore_checkpoint",
     "restore_state",
+    "save_checkpoint",
     "summary_hooks",
     "summary_writer",
     "training_hooks",
@@ -250,9 +252,10 @@ def register_commands(commands: Commands) -> None:
 
 # --- capabilities: asked of the one installed plugin that provides them -----------------------
 #
-# A plugin declares what it provides (``provides = {"checkpoint"}``). The core finds
-# the installed provider of a capability and calls these on it alone, synchronously,
-# instead of importing a plugin package by name: another provider can stand in.
+# A plugin declares what it provides (``provides = {"checkpoint"}``). The core, and a
+# plugin that needs another's capability, find its provider (``monitored.provider``)
+# and call these on it alone, synchronously, instead of importing a plugin package by
+# name: another provider can stand in.
 
 
 @hookspec(firstresult=True)
@@ -281,6 +284,36 @@ def read_checkpoint(path: str) -> tuple[str, Mapping[str, Any]] | None:
     Reads a checkpoint without a state to fill (``monitored.train.warm_start``
     copies chosen arrays out of it); ``path`` may name a checkpoint or a
     directory (its newest checkpoint).
+    """
+
+
+@hookspec(firstresult=True)
+def list_checkpoints(checkpoint_dir: str) -> Sequence[tuple[str, int, Mapping[str, Any]]] | None:
+    """Provider of ``"checkpoint"``: every checkpoint of ``checkpoint_dir``, oldest step first.
+
+    Each as ``(path, global step, plugin states)``, the plugin states as
+    :meth:`~monitored.MonitoredSession.load_plugin_states` takes them; an empty
+    sequence when it holds none. A checkpoint that cannot be read is left out.
+    A NaN guard rolls back to the newest one older than the step that diverged.
+    """
+
+
+@hookspec(firstresult=True)
+def save_checkpoint(
+    state: TrainState,
+    checkpoint_dir: str,
+    basename: str,
+    step: int,
+    plugin_states: Mapping[str, Any],
+    max_to_keep: int,
+) -> str | None:
+    """Provider of ``"checkpoint"``: write ``state`` as checkpoint ``<basename>-<step>``.
+
+    In ``checkpoint_dir`` (created if needed), with ``plugin_states`` (what
+    :meth:`~monitored.MonitoredSession.plugin_states` returned); only the newest
+    ``max_to_keep`` checkpoints of that directory are kept (0: all). Returns the
+    path, which :func:`restore_checkpoint` takes. Early stopping exports its best
+    state with it.
     """
 
 

@@ -18,7 +18,9 @@ The declaration is used twice:
   plugin that provides ``"checkpoint"`` or ``"summaries"`` and calls that
   plugin's capability hooks (``latest_checkpoint``, ``restore_checkpoint``, ...;
   see :mod:`monitored.hookspecs`). The core never imports a plugin package by
-  name, so another provider can stand in for ours.
+  name, so another provider can stand in for ours; nor does a plugin import
+  another (a NaN guard's rollback asks ``monitored.provider("checkpoint",
+  session=...)``, which prefers the session's own owner of the capability).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 import pluggy
 
@@ -34,8 +36,12 @@ from . import _plugins
 from ._errors import MissingPluginError, PluginError, PluginValidationError, install_hint
 from ._plugins import DISABLE_ENV, PluginInfo, PluginManager, disabled_from_env
 
+if TYPE_CHECKING:
+    from ._session import MonitoredSession
+
 __all__ = [
     "CAPABILITIES",
+    "CAPABILITY_HOOKS",
     "Provider",
     "StepAside",
     "find_provider",
@@ -55,6 +61,22 @@ CAPABILITIES: Final[Mapping[str, tuple[str, str]]] = {
     "cluster": ("mpi", "monitored-mpi"),
     "pruning": ("optuna", "monitored-optuna"),
 }
+
+#: The capability hooks (see :mod:`monitored.hookspecs`): called on a provider alone.
+CAPABILITY_HOOKS: Final = frozenset(
+    {
+        "latest_checkpoint",
+        "restore_checkpoint",
+        "read_checkpoint",
+        "list_checkpoints",
+        "save_checkpoint",
+        "checkpoints_iterator",
+        "checkpoint_saver",
+        "checkpoint_hooks",
+        "summary_writer",
+        "summary_hooks",
+    }
+)
 
 
 def provides_of(info: PluginInfo) -> frozenset[str]:
@@ -167,6 +189,16 @@ class Provider:
         caller: pluggy.HookCaller = getattr(self._manager.hook, hook)
         return bool(caller.get_hookimpls())
 
+    def require(self, *hooks: str) -> None:
+        """Raise now the :class:`PluginError` that :meth:`call` would raise for a missing hook.
+
+        For a feature that will need ``hooks`` later (a NaN guard's rollback),
+        so that a provider lacking one fails when the session starts.
+        """
+        for hook in hooks:
+            if not self.implements(hook):
+                raise self._lacks(hook)
+
     def call(self, hook: str, **kwargs: Any) -> Any:
         """The result of the provider's ``hook(**kwargs)``.
 
@@ -174,13 +206,7 @@ class Provider:
         exception raised by the hook propagates with a note naming the plugin.
         """
         if not self.implements(hook):
-            raise PluginError(
-                f"{self.info.describe()} provides {self.capability!r} but does not implement "
-                f"the {hook!r} hook, which a {self.capability} provider needs here",
-                plugin=self.info.name,
-                distribution=self.info.distribution,
-                hook=hook,
-            )
+            raise self._lacks(hook)
         try:
             result = getattr(self._manager.hook, hook)(**kwargs)
         except Exception as exc:
@@ -198,6 +224,15 @@ class Provider:
             )
         return result
 
+    def _lacks(self, hook: str) -> PluginError:
+        return PluginError(
+            f"{self.info.describe()} provides {self.capability!r} but does not implement "
+            f"the {hook!r} hook, which a {self.capability} provider needs here",
+            plugin=self.info.name,
+            distribution=self.info.distribution,
+            hook=hook,
+        )
+
     def __repr__(self) -> str:
         return f"<Provider of {self.capability!r}: {self.info.describe()}>"
 
@@ -206,17 +241,37 @@ class Provider:
 _found: dict[str, tuple[Sequence[Any], frozenset[str], Provider]] = {}
 
 
-def provider(capability: str, why: str, remedy: str = "") -> Provider:
-    """The installed plugin that provides ``capability``, for a feature of the core.
+def provider(
+    capability: str,
+    why: str = "",
+    remedy: str = "",
+    *,
+    session: MonitoredSession | None = None,
+) -> Provider:
+    """The plugin that provides ``capability``, to call its capability hooks.
 
-    Looks among the installed plugins (``MONITORED_DISABLE_PLUGINS`` is obeyed;
-    ``MONITORED_DISABLE_PLUGIN_AUTOLOAD`` is not, as the feature was asked for).
-    ``why`` says what needs it (``"warm_start reads checkpoints"``), ``remedy``
-    how to do without (``"; pass saver=None to ..."``). None installed is a
-    :class:`MissingPluginError` naming the package to install (or saying it is
-    disabled); two are a :class:`PluginError`. The answer is kept until the
-    installed distributions or the environment variable change.
+    Public as ``monitored.provider``: how the core, and a plugin that needs
+    another plugin's capability, find it without importing a package by name
+    (``monitored.provider("checkpoint", "rollback restores checkpoints")``).
+
+    With ``session``, the owner of ``capability`` in that session serves first:
+    the first of ``session.plugins`` that provides it and implements capability
+    hooks (an explicit ``CheckpointSaverHook``, or the installed plugin acting
+    there). Otherwise the one installed plugin that provides it
+    (``MONITORED_DISABLE_PLUGINS`` is obeyed; ``MONITORED_DISABLE_PLUGIN_AUTOLOAD``
+    is not, as the feature was asked for). ``why`` says what needs it
+    (``"warm_start reads checkpoints"``), ``remedy`` how to do without (``"; pass
+    saver=None to ..."``). None installed is a :class:`MissingPluginError` naming
+    the package to install (or saying it is disabled); two are a
+    :class:`PluginError`. The installed one is kept until the installed
+    distributions or the environment variable change.
     """
+    if session is not None:
+        for info in session.plugins:
+            if capability in provides_of(info) and any(
+                callable(getattr(info.plugin, hook, None)) for hook in CAPABILITY_HOOKS
+            ):
+                return Provider(capability, info)
     entry_points, disabled = _plugins.installed_entry_points(), disabled_from_env()
     cached = _found.get(capability)
     if cached is not None and cached[0] is entry_points and cached[1] == disabled:
@@ -250,8 +305,9 @@ def _missing(
         state = f"no installed plugin provides it ({install_hint(distribution)})"
     else:
         state = "no installed plugin provides it"
+    need = f"{why} with a {capability!r} plugin" if why else f"a {capability!r} plugin is needed"
     return MissingPluginError(
-        f"{why} with a {capability!r} plugin, but {state}{remedy}",
+        f"{need}, but {state}{remedy}",
         plugin=plugin,
         distribution=distribution,
     )

@@ -28,6 +28,7 @@ import anyio.to_thread
 
 from monitored import SecondOrStepTimer
 
+from . import _capability
 from ._format import Snapshot, SnapshotBuffers, take_snapshot
 from ._preemption import SignalWatcher
 from ._saver import Saver, restore_latest
@@ -87,6 +88,12 @@ class CheckpointRestoreHook:
     #: Passed in ``hooks=[...]``, it owns the session's checkpoints: the installed
     #: ``checkpoint`` plugin steps aside.
     provides: ClassVar[frozenset[str]] = frozenset({"checkpoint"})
+    #: The capability hooks, so that as the session's owner of ``"checkpoint"`` it
+    #: serves ``monitored.provider("checkpoint", session=...)`` (a NaN guard's rollback).
+    latest_checkpoint = staticmethod(_capability.latest_checkpoint)
+    restore_checkpoint = staticmethod(_capability.restore_checkpoint)
+    list_checkpoints = staticmethod(_capability.list_checkpoints)
+    save_checkpoint = staticmethod(_capability.save_checkpoint)
 
     def __init__(self, checkpoint_dir: str | os.PathLike[str]) -> None:
         self.checkpoint_dir = os.fspath(checkpoint_dir)
@@ -170,6 +177,12 @@ class CheckpointSaverHook:
     #: Passed in ``hooks=[...]``, it owns the session's checkpoints: the installed
     #: ``checkpoint`` plugin steps aside (no second saver).
     provides: ClassVar[frozenset[str]] = frozenset({"checkpoint"})
+    #: The capability hooks, so that as the session's owner of ``"checkpoint"`` it
+    #: serves ``monitored.provider("checkpoint", session=...)`` (a NaN guard's rollback).
+    latest_checkpoint = staticmethod(_capability.latest_checkpoint)
+    restore_checkpoint = staticmethod(_capability.restore_checkpoint)
+    list_checkpoints = staticmethod(_capability.list_checkpoints)
+    save_checkpoint = staticmethod(_capability.save_checkpoint)
 
     def __init__(
         self,

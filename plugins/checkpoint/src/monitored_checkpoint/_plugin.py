@@ -11,7 +11,8 @@ It provides the ``"checkpoint"`` capability: a :class:`CheckpointSaverHook` or
 :class:`CheckpointRestoreHook` passed in ``hooks=[...]`` takes it over (this
 plugin then adds nothing to that session), and the core reads, restores and
 finds checkpoints through the capability hooks below, never by importing this
-package.
+package; so do other plugins (a NaN guard's rollback lists and restores
+checkpoints, early stopping saves and restores its best one).
 
 Options (``plugin_options={"checkpoint": {...}}`` or ``MONITORED_PLUGIN_OPTIONS``):
 ``max_to_keep`` and ``keep_checkpoint_every_n_hours``, the :class:`Saver`'s
@@ -26,15 +27,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 import monitored
 
+from ._capability import latest_checkpoint, list_checkpoints, restore_checkpoint, save_checkpoint
 from ._hook import CheckpointRestoreHook, CheckpointSaverHook
 from ._reader import read_checkpoint as _read_checkpoint
 from ._saver import CheckpointsIterator, Saver
 from ._saver import checkpoints_iterator as _checkpoints_iterator
-from ._saver import latest_checkpoint as _latest_checkpoint
-from ._saver import restore as _restore
 
 if TYPE_CHECKING:
-    from monitored import Commands, TrainingConfig, TrainState
+    from monitored import Commands, TrainingConfig
 
 __all__ = [
     "checkpoint_hooks",
@@ -43,10 +43,12 @@ __all__ = [
     "chief_only",
     "declare_options",
     "latest_checkpoint",
+    "list_checkpoints",
     "provides",
     "read_checkpoint",
     "register_commands",
     "restore_checkpoint",
+    "save_checkpoint",
     "training_hooks",
     "training_only",
 ]
@@ -83,17 +85,6 @@ def training_hooks(config: TrainingConfig) -> list[object] | None:
     if steps is not None and steps > 0:
         return [CheckpointSaverHook(config.checkpoint_dir, save_steps=steps, saver=saver)]
     return [CheckpointRestoreHook(config.checkpoint_dir)]
-
-
-def latest_checkpoint(checkpoint_dir: str) -> str | None:
-    """The newest checkpoint of ``checkpoint_dir``, or ``None`` (:func:`.latest_checkpoint`)."""
-    return _latest_checkpoint(checkpoint_dir)
-
-
-def restore_checkpoint(state: TrainState, path: str) -> str:
-    """Restore ``state`` from ``path`` (:func:`monitored_checkpoint.restore`); returns ``path``."""
-    _restore(state, path)
-    return path
 
 
 def read_checkpoint(path: str) -> tuple[str, Mapping[str, Any]]:

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, final
 import anyio.to_thread
 import numpy as np
 
-from monitored import SessionRunArgs, is_device_array, optional, to_host
+import monitored
+from monitored import PluginError, Provider, SessionRunArgs, is_device_array, optional, to_host
 
 from ._errors import EarlyStoppingConfigError, MonitoredValueError
 from ._rules import KerasRule, NoImprovementRule, Rule, infer_mode
@@ -33,6 +34,9 @@ __all__ = ["EarlyStoppingHook", "stop_if_no_decrease_hook", "stop_if_no_increase
 log = logging.getLogger("monitored.early_stopping")
 
 _BEST_BASENAME: Final = "best"
+#: What ``best_checkpoint_dir`` needs of the provider of "checkpoint" (``monitored.hookspecs``).
+_BEST_HOOKS: Final = ("save_checkpoint", "restore_checkpoint")
+_BEST_NEEDS: Final = "EarlyStoppingHook: best_checkpoint_dir saves and restores checkpoints"
 
 
 @final
@@ -61,7 +65,8 @@ class EarlyStoppingHook:
             each call of :meth:`observe`.
         smoothing: an exponential moving average of the fetched values is
             watched instead, ``ema = smoothing * ema + (1 - smoothing) * value``.
-        best_checkpoint_dir: see ``restore_best``; needs ``monitored-checkpoint``.
+        best_checkpoint_dir: see ``restore_best``; needs a provider of
+            ``"checkpoint"`` (``monitored-checkpoint``, or another one).
         rule: another decision rule (``stop_if_no_decrease_hook`` passes TF1's).
     """
 
@@ -150,7 +155,7 @@ class EarlyStoppingHook:
         step = session.state.global_step
         self._next_check = (step // n + 1) * n if n else -1
         if self.best_checkpoint_dir is not None:
-            _checkpoint_module()
+            _checkpoint_provider(session)  # a missing provider fails now, not at the best step
 
     def before_run(self, run_context: SessionRunContext) -> SessionRunArgs | None:
         # Checks fall on multiples of every_n_steps, so a resumed run checks the same steps.
@@ -183,9 +188,13 @@ class EarlyStoppingHook:
         if not self.restore_best or self.stopped_step is None:
             return  # Keras puts the best weights back only when it stopped training
         if self.best_checkpoint is not None:
-            checkpoint = _checkpoint_module()
+            checkpoints = _checkpoint_provider(session)
             step, rng = session.state.global_step, session.state.rng_state
-            await _run(checkpoint.restore, session.state, self.best_checkpoint)
+            await _run(
+                lambda: checkpoints.call(
+                    "restore_checkpoint", state=session.state, path=self.best_checkpoint
+                )
+            )
             session.state.global_step = step  # the arrays go back, not the step count or RNG
             session.state.rng_state = rng
             log.info("EarlyStoppingHook: restored the best state from %s", self.best_checkpoint)
@@ -292,14 +301,30 @@ class EarlyStoppingHook:
         return None
 
     async def _export_best(self, session: MonitoredSession, step: int) -> None:
-        checkpoint = _checkpoint_module()
-        assert self.best_checkpoint_dir is not None
-        saver = checkpoint.Saver(max_to_keep=1)
-        path = os.path.join(self.best_checkpoint_dir, _BEST_BASENAME)
+        checkpoints = _checkpoint_provider(session)
+        directory = self.best_checkpoint_dir
+        assert directory is not None
         states = await session.plugin_states()
-        self.best_checkpoint = await _run(
-            lambda: saver.save(session.state, path, step, plugin_states=states)
+        saved = await _run(
+            lambda: checkpoints.call(
+                "save_checkpoint",
+                state=session.state,
+                checkpoint_dir=directory,
+                basename=_BEST_BASENAME,
+                step=step,
+                plugin_states=states,
+                max_to_keep=1,
+            )
         )
+        if not isinstance(saved, str):
+            raise PluginError(
+                f"hook 'save_checkpoint' of {checkpoints.info.describe()} returned {saved!r}; "
+                "the path of the checkpoint it wrote was expected",
+                plugin=checkpoints.info.name,
+                distribution=checkpoints.info.distribution,
+                hook="save_checkpoint",
+            )
+        self.best_checkpoint = saved
         log.info(
             "EarlyStoppingHook: best %s so far; exported %s", self.monitor, self.best_checkpoint
         )
@@ -391,13 +416,8 @@ def _to_module_of(target: Any, host: np.ndarray[Any, Any]) -> Any:
     return host
 
 
-def _checkpoint_module() -> Any:
-    try:
-        import monitored_checkpoint
-    except ImportError:
-        raise EarlyStoppingConfigError(
-            "EarlyStoppingHook: best_checkpoint_dir needs the monitored-checkpoint plugin, "
-            "which is not installed (pip install monitored-checkpoint, or from a clone of "
-            "monitored: pip install ./plugins/checkpoint)"
-        ) from None
-    return monitored_checkpoint
+def _checkpoint_provider(session: MonitoredSession) -> Provider:
+    """The session's owner of ``"checkpoint"``, else the installed provider, checked."""
+    checkpoints = monitored.provider("checkpoint", _BEST_NEEDS, session=session)
+    checkpoints.require(*_BEST_HOOKS)
+    return checkpoints

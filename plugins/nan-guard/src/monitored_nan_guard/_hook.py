@@ -16,10 +16,9 @@ import inspect
 import logging
 import math
 import os
-import re
 import sys
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, final
 
@@ -27,7 +26,16 @@ import anyio.to_thread
 import numpy as np
 
 import monitored
-from monitored import FetchError, OptionalFetch, SessionRunArgs, is_device_array, to_host
+from monitored import (
+    DamagedCheckpointError,
+    FetchError,
+    OptionalFetch,
+    PluginError,
+    Provider,
+    SessionRunArgs,
+    is_device_array,
+    to_host,
+)
 
 from ._errors import (
     LossSpikeError,
@@ -53,7 +61,9 @@ ON_NAN: Final = ("raise", "stop", "rollback")
 DIVERGED: Final = "Model diverged with loss = NaN."
 NAN_LOSS: Final = "NaN loss during training."
 
-_STEP_SUFFIX: Final = re.compile(r"-(\d+)$")
+#: What a rollback needs of the provider of "checkpoint" (see ``monitored.hookspecs``).
+_ROLLBACK_HOOKS: Final = ("list_checkpoints", "restore_checkpoint")
+_ROLLBACK_NEEDS: Final = "NanTensorHook: on_nan='rollback' restores checkpoints"
 
 _MISSING: Final = object()
 
@@ -244,6 +254,8 @@ class NanTensorHook:
         #: Every rollback done, oldest first (kept across the restores themselves).
         self.rollbacks: list[Rollback] = []
         self._rollback_count = 0
+        #: With ``on_nan="rollback"``: who lists and restores checkpoints in this session.
+        self._checkpoints: Provider | None = None
 
     # -- hooks ----------------------------------------------------------------------------------
     def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
@@ -259,7 +271,8 @@ class NanTensorHook:
                     "pass checkpoint_dir=, or give the session a checkpoint_dir "
                     "(MonitoredTrainingSession) or a CheckpointSaverHook"
                 )
-            _checkpoint_module()  # fail now, not at the first divergence
+            # Found now, so that a missing provider fails here, not at the first divergence.
+            self._checkpoints = _checkpoint_provider(session)
 
     def before_run(self, run_context: SessionRunContext) -> SessionRunArgs | None:
         if self.lag:
@@ -437,18 +450,9 @@ class NanTensorHook:
                 f"rollbacks are done already; giving up"
             ) from _error(failure)
         assert self.checkpoint_dir is not None
-        path, _older = _older_checkpoint(self.checkpoint_dir, failure.step)
-        if path is None:
-            raise RollbackError(
-                f"NanTensorHook: {failure.describe()}, and {self.checkpoint_dir} holds no "
-                f"checkpoint older than step {failure.step} to roll back to"
-            ) from _error(failure)
-        checkpoint = _checkpoint_module()
-        if "cupy" in sys.modules:  # CuPy's stream belongs to this thread
-            manifest = checkpoint.restore(session.state, path)
-        else:
-            manifest = await anyio.to_thread.run_sync(checkpoint.restore, session.state, path)
-        await session.load_plugin_states(manifest.plugins)  # every plugin back to that step
+        checkpoints = self._checkpoints or _checkpoint_provider(session)
+        path = await _restore_older(checkpoints, session, self.checkpoint_dir, failure)
+        restored = session.state.global_step
         self._rollback_count = done + 1
         self._reset_window()
         if self._next_scan is not None:
@@ -456,16 +460,16 @@ class NanTensorHook:
         rollback = Rollback(
             number=done + 1,
             failure=failure,
-            restored_step=manifest.step,
+            restored_step=restored,
             path=path,
-            skip=range(manifest.step + 1, failure.step + 1 + self.skip_extra_steps),
+            skip=range(restored + 1, failure.step + 1 + self.skip_extra_steps),
         )
         self.rollbacks.append(rollback)
         log.warning(
             "NanTensorHook: rolled back to %s (step %d) after %s; rollback %d of at most %d, "
             "skipping the batches of steps %d..%d",
             path,
-            manifest.step,
+            restored,
             failure.describe(),
             rollback.number,
             self.max_rollbacks,
@@ -520,16 +524,11 @@ def _error(failure: Failure) -> NanLossDuringTrainingError:
     return NonFiniteStateError(f"NanTensorHook: {failure.describe()}.")
 
 
-def _checkpoint_module() -> Any:
-    try:
-        import monitored_checkpoint
-    except ImportError:
-        raise NanGuardConfigError(
-            "NanTensorHook: on_nan='rollback' restores checkpoints with the "
-            "monitored-checkpoint plugin, which is not installed (pip install "
-            "monitored-checkpoint, or from a clone of monitored: pip install ./plugins/checkpoint)"
-        ) from None
-    return monitored_checkpoint
+def _checkpoint_provider(session: MonitoredSession) -> Provider:
+    """The session's owner of ``"checkpoint"``, else the installed provider, checked."""
+    checkpoints = monitored.provider("checkpoint", _ROLLBACK_NEEDS, session=session)
+    checkpoints.require(*_ROLLBACK_HOOKS)
+    return checkpoints
 
 
 def _find_checkpoint_dir(session: MonitoredSession) -> str | None:
@@ -543,17 +542,63 @@ def _find_checkpoint_dir(session: MonitoredSession) -> str | None:
     return None
 
 
-def _older_checkpoint(checkpoint_dir: str, step: int) -> tuple[str | None, int]:
-    """The newest checkpoint of ``checkpoint_dir`` from a step before ``step``."""
-    checkpoint = _checkpoint_module()
-    saved = checkpoint.checkpoint_state(checkpoint_dir)
-    paths: list[str] = list(saved.all_model_checkpoint_paths) if saved is not None else []
-    if not paths:
-        latest = checkpoint.latest_checkpoint(checkpoint_dir)
-        paths = [latest] if latest else []
-    best: tuple[str | None, int] = (None, -1)
-    for path in paths:
-        match = _STEP_SUFFIX.search(path)
-        if match is not None and best[1] < int(match[1]) < step:
-            best = (path, int(match[1]))
-    return best
+async def _restore_older(
+    checkpoints: Provider, session: MonitoredSession, checkpoint_dir: str, failure: Failure
+) -> str:
+    """Restore the newest checkpoint before ``failure.step`` and its plugin states; its path.
+
+    One that is gone or damaged by the time it is read (a saver's rotation, a
+    bad disk) is passed over for the next older one, with a warning.
+    """
+    listed = await _run(checkpoints.call, "list_checkpoints", checkpoint_dir=checkpoint_dir)
+    older = sorted(
+        (entry for entry in _entries(checkpoints, listed) if entry[1] < failure.step),
+        key=lambda entry: entry[1],
+        reverse=True,
+    )
+    for path, _step, plugin_states in older:
+        try:
+            await _run(checkpoints.call, "restore_checkpoint", state=session.state, path=path)
+        except (FileNotFoundError, DamagedCheckpointError) as exc:
+            log.warning(
+                "NanTensorHook: cannot roll back to %s (%s); trying an older one", path, exc
+            )
+            continue
+        await session.load_plugin_states(plugin_states)  # every plugin back to that step
+        return path
+    if older:
+        why = f"none of the checkpoints of {checkpoint_dir} older than step {failure.step} could "
+        why += "be restored"
+    else:
+        why = f"{checkpoint_dir} holds no checkpoint older than step {failure.step} to roll back to"
+    raise RollbackError(f"NanTensorHook: {failure.describe()}, and {why}") from _error(failure)
+
+
+def _entries(checkpoints: Provider, listed: Any) -> list[tuple[str, int, Mapping[str, Any]]]:
+    """``listed`` as ``(path, step, plugin states)`` entries; any other shape names the provider."""
+    entries = []
+    for entry in listed if isinstance(listed, list | tuple) else [listed]:
+        if (
+            isinstance(entry, tuple)
+            and len(entry) == 3
+            and isinstance(entry[0], str)
+            and isinstance(entry[1], int)
+            and isinstance(entry[2], Mapping)
+        ):
+            entries.append(entry)
+            continue
+        raise PluginError(
+            f"hook 'list_checkpoints' of {checkpoints.info.describe()} returned {listed!r}; "
+            "a sequence of (path, global step, plugin states) was expected",
+            plugin=checkpoints.info.name,
+            distribution=checkpoints.info.distribution,
+            hook="list_checkpoints",
+        )
+    return entries
+
+
+async def _run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(...)`` in a worker thread, or here when CuPy is in use (its stream is per thread)."""
+    if "cupy" in sys.modules:
+        return fn(*args, **kwargs)
+    return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
