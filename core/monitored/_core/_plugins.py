@@ -67,6 +67,10 @@ _SPEC_ARGS: Final = {
 _TF1_EVENTS: Final = frozenset({"begin", "after_create_session", "before_run", "after_run", "end"})
 #: How alike a name must be to a hook name (difflib's ratio) to count as a misspelling.
 _MISSPELLING_CUTOFF: Final = 0.8
+#: The most single-letter edits (a swap of two neighbours counts as one) a misspelling is away
+#: from its hook name: ``after_step`` is as alike as ``after_save`` by ratio, but three edits
+#: away, so it is a helper, not a typo.
+_MISSPELLING_EDITS: Final = 2
 
 
 @final
@@ -563,11 +567,29 @@ def _misspelled(name: str) -> str | None:
     """The hook ``name`` probably meant, if it is a near miss of one."""
     if name in _SPEC_NAMES:
         return None
-    for hook in sorted(_SPEC_NAMES):
-        if len(hook) >= 5 and name.startswith(hook):
-            return hook
-    match = difflib.get_close_matches(name, _SPEC_NAMES, n=1, cutoff=_MISSPELLING_CUTOFF)
-    return match[0] if match else None
+    if name.removesuffix("_hook") in _SPEC_NAMES:
+        return name.removesuffix("_hook")
+    for match in difflib.get_close_matches(name, _SPEC_NAMES, n=3, cutoff=_MISSPELLING_CUTOFF):
+        if _edit_distance(name, match) <= _MISSPELLING_EDITS:
+            return match
+    return None
+
+
+def _edit_distance(a: str, b: str) -> int:
+    """The fewest insertions, deletions, substitutions and neighbour swaps turning ``a`` into ``b``.
+
+    (The optimal string alignment distance: ``begni`` is one edit from ``begin``.)
+    """
+    previous: list[int] = []
+    row = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        before, previous, row = previous, row, [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = a[i - 1] != b[j - 1]
+            row[j] = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], before[j - 2] + 1)
+    return row[len(b)]
 
 
 def _near_misses(plugin: object) -> str:
