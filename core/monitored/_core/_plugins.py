@@ -46,6 +46,7 @@ __all__ = [
     "installed_plugin_names",
     "installed_plugins",
     "load_entry_point",
+    "public_class",
 ]
 
 log = logging.getLogger("monitored")
@@ -615,8 +616,17 @@ def _check_misspellings(info: PluginInfo) -> None:
 def _qualname(obj: object) -> str:
     if inspect.ismodule(obj):
         return obj.__name__
-    cls = type(obj)
+    cls = public_class(obj)
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def public_class(obj: object) -> type:
+    """The first class in ``type(obj)``'s MRO whose name is public, for messages.
+
+    A constructor may return a private subclass (``SummarySaverHook(...)`` is a
+    ``_FetchingSummarySaverHook``); the user wrote, and should read, the public name.
+    """
+    return next((cls for cls in type(obj).__mro__ if not cls.__name__.startswith("_")), type(obj))
 
 
 def _hook_named_in(message: str) -> str:
