@@ -235,24 +235,27 @@ def _check_attribute_lookup(info: PluginInfo) -> None:
             ) from exc
 
 
-_warned_env: set[frozenset[str]] = set()
+_warned_env: set[tuple[str, frozenset[str]]] = set()
 
 
-def _warn_unknown_in_env(names: frozenset[str], installed: set[str]) -> None:
-    """Log once (per set of names) the ``MONITORED_DISABLE_PLUGINS`` names not installed.
+def _warn_unknown_in_env(
+    names: frozenset[str], installed: set[str], variable: str = DISABLE_ENV
+) -> None:
+    """Log once (per set of names) the plugin names in ``variable`` that are not installed.
 
-    Not an error: the variable may be shared by environments with other plugins.
-    But a typo would leave the plugin on, so it is said, with a "did you mean".
+    Not an error: ``MONITORED_DISABLE_PLUGINS`` or ``MONITORED_PLUGIN_OPTIONS`` may
+    be shared by environments with other plugins. But a typo would leave the
+    plugin on, or its options unset, so it is said, with a "did you mean".
     """
     unknown = names - installed
-    if not unknown or unknown in _warned_env:
+    if not unknown or (variable, unknown) in _warned_env:
         return
-    _warned_env.add(unknown)
+    _warned_env.add((variable, unknown))
     for name in sorted(unknown):
         close = difflib.get_close_matches(name, sorted(installed), n=1)
         log.warning(
             "%s names %r, which is not installed%s; it is ignored",
-            DISABLE_ENV,
+            variable,
             name,
             f" (did you mean {close[0]!r}?)" if close else "",
         )
