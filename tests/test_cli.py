@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -450,3 +451,44 @@ def test_the_monitored_script_lists_and_runs_an_installed_plugins_commands() -> 
         [str(script), "checkpoint", "--help"], capture_output=True, text=True, check=True
     )
     assert done.stdout.startswith("usage: monitored checkpoint [-h] COMMAND ...")
+
+
+@pytest.mark.parametrize("argv", [["plugins", "--json"], ["plugins"]])
+def test_a_reader_that_goes_away_ends_the_command_quietly(argv: list[str]) -> None:
+    """``monitored plugins --json | head -1``: no BrokenPipeError traceback, status 1.
+
+    The pipe's read end is closed before the command writes (as ``head`` closes it
+    after its first line), so every write fails, whatever the pipe's buffer size.
+    """
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "monitored", *argv],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert done.stderr == ""
+    assert done.returncode == 1
+
+
+def test_a_reader_of_the_first_line_only_gets_it_and_no_traceback() -> None:
+    # A real ``monitored plugins --json | head -1`` pipeline.
+    command = subprocess.Popen(
+        [sys.executable, "-m", "monitored", "plugins", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert command.stdout is not None and command.stderr is not None
+    head = subprocess.run(
+        ["head", "-1"], stdin=command.stdout, capture_output=True, text=True, check=True
+    )
+    command.stdout.close()
+    assert command.wait(timeout=60) in {0, 1}  # 0 when all of it fit in the pipe's buffer
+    assert command.stderr.read() == b""
+    command.stderr.close()
+    assert head.stdout == "[\n"

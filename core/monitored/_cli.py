@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import os
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -175,7 +176,24 @@ def _wrapped(text: str, indent: str, subsequent: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``monitored`` console script."""
+    """Entry point of the ``monitored`` console script.
+
+    A reader that goes away early (``monitored plugins --json | head -1``) ends
+    the command quietly with exit status 1, not a ``BrokenPipeError`` traceback.
+    """
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # a write that fails here would fail, noisily, at exit
+    except BrokenPipeError:
+        # Python's own recipe: point stdout at devnull, so the flush at interpreter
+        # exit has nowhere to fail, and exit quietly.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    return status
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     core = {"plugins": "monitored itself"}
     wanted = argv[0] if argv and argv[0] not in core and not argv[0].startswith("-") else None
