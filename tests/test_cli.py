@@ -483,7 +483,8 @@ def test_a_reader_of_the_first_line_only_gets_it_and_no_traceback() -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    assert command.stdout is not None and command.stderr is not None
+    assert command.stdout is not None
+    assert command.stderr is not None
     head = subprocess.run(
         ["head", "-1"], stdin=command.stdout, capture_output=True, text=True, check=True
     )
