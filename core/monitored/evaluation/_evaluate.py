@@ -410,6 +410,8 @@ async def _evaluate_newest(
             skipped.append(path)
             continue
         return result
+    if not skipped and not os.path.exists(checkpoint_dir):
+        raise NoCheckpointError(f"checkpoint directory {checkpoint_dir} does not exist")
     raise NoCheckpointError(
         f"checkpoint directory {checkpoint_dir} holds no checkpoint to evaluate "
         + (
