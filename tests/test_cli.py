@@ -148,7 +148,7 @@ def test_plugins_lists_even_when_autoload_is_off(
 
 
 def test_no_plugins(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("monitored._cli.installed_plugins", lambda autoload: [])
+    monkeypatch.setattr("monitored._core._plugins.installed_entry_points", tuple)
     assert main(["plugins"]) == 0
     assert capsys.readouterr().out == "No monitored plugins are installed.\n"
 
@@ -162,6 +162,25 @@ def test_a_broken_plugin_is_reported_with_exit_status_1(
         "plugin 'broken' (distribution monitored-broken 1.0) failed to import"
         in capsys.readouterr().err
     )
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_plugins_lists_the_others_and_a_plugin_that_fails_to_import_once(
+    fake_plugin: Any, capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    fake_plugin("broken", "raise ImportError('nope')\n")
+    fake_plugin("good", "def before_run(): pass\n")
+    assert main(["plugins", *(["--json"] if as_json else [])]) == 1
+    captured = capsys.readouterr()
+    if as_json:
+        assert [row["name"] for row in json.loads(captured.out)] == ["good"]
+    else:
+        assert captured.out.splitlines()[1].startswith("good  ")
+        assert "broken" not in captured.out
+    err = " ".join(captured.err.split())
+    assert err.startswith("monitored: error: plugin 'broken' (distribution monitored-broken 1.0)")
+    assert err.count("failed to import") == 1
+    assert "warning" not in err
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
