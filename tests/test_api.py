@@ -45,6 +45,32 @@ def test_each_capability_subpackage_lists_exactly_its_public_names(subpackage: A
     assert set(subpackage.__all__) == public - modules
 
 
+@pytest.mark.parametrize(
+    "subpackage",
+    [
+        monitored.train,
+        monitored.data,
+        monitored.metrics,
+        monitored.evaluation,
+        monitored.supervisor,
+    ],
+)
+def test_errors_of_each_subpackage_report_a_public_module(subpackage: Any) -> None:
+    errors = [
+        obj
+        for obj in (getattr(subpackage, name) for name in subpackage.__all__)
+        if inspect.isclass(obj) and issubclass(obj, BaseException)
+    ]
+    for error in errors:
+        module = error.__module__
+        assert not any(part.startswith("_") for part in module.split(".")), error
+        assert getattr(sys.modules[module], error.__qualname__) is error
+    if subpackage is monitored.evaluation:
+        assert repr(monitored.evaluation.NoCheckpointError) == (
+            "<class 'monitored.evaluation.NoCheckpointError'>"
+        )
+
+
 def test_the_training_toolkit_is_exported_from_the_top_level_too() -> None:
     missing = [name for name in monitored.train.__all__ if name not in monitored.__all__]
     assert not missing, f"monitored.train exports {missing} but monitored does not"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -147,7 +148,7 @@ def test_plugins_lists_even_when_autoload_is_off(
 
 
 def test_no_plugins(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("monitored._cli.installed_plugins", lambda autoload: [])
+    monkeypatch.setattr("monitored._core._plugins.installed_entry_points", tuple)
     assert main(["plugins"]) == 0
     assert capsys.readouterr().out == "No monitored plugins are installed.\n"
 
@@ -161,6 +162,25 @@ def test_a_broken_plugin_is_reported_with_exit_status_1(
         "plugin 'broken' (distribution monitored-broken 1.0) failed to import"
         in capsys.readouterr().err
     )
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_plugins_lists_the_others_and_a_plugin_that_fails_to_import_once(
+    fake_plugin: Any, capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    fake_plugin("broken", "raise ImportError('nope')\n")
+    fake_plugin("good", "def before_run(): pass\n")
+    assert main(["plugins", *(["--json"] if as_json else [])]) == 1
+    captured = capsys.readouterr()
+    if as_json:
+        assert [row["name"] for row in json.loads(captured.out)] == ["good"]
+    else:
+        assert captured.out.splitlines()[1].startswith("good  ")
+        assert "broken" not in captured.out
+    err = " ".join(captured.err.split())
+    assert err.startswith("monitored: error: plugin 'broken' (distribution monitored-broken 1.0)")
+    assert err.count("failed to import") == 1
+    assert "warning" not in err
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -450,3 +470,45 @@ def test_the_monitored_script_lists_and_runs_an_installed_plugins_commands() -> 
         [str(script), "checkpoint", "--help"], capture_output=True, text=True, check=True
     )
     assert done.stdout.startswith("usage: monitored checkpoint [-h] COMMAND ...")
+
+
+@pytest.mark.parametrize("argv", [["plugins", "--json"], ["plugins"]])
+def test_a_reader_that_goes_away_ends_the_command_quietly(argv: list[str]) -> None:
+    """``monitored plugins --json | head -1``: no BrokenPipeError traceback, status 1.
+
+    The pipe's read end is closed before the command writes (as ``head`` closes it
+    after its first line), so every write fails, whatever the pipe's buffer size.
+    """
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "monitored", *argv],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert done.stderr == ""
+    assert done.returncode == 1
+
+
+def test_a_reader_of_the_first_line_only_gets_it_and_no_traceback() -> None:
+    # A real ``monitored plugins --json | head -1`` pipeline.
+    command = subprocess.Popen(
+        [sys.executable, "-m", "monitored", "plugins", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert command.stdout is not None
+    assert command.stderr is not None
+    head = subprocess.run(
+        ["head", "-1"], stdin=command.stdout, capture_output=True, text=True, check=True
+    )
+    command.stdout.close()
+    assert command.wait(timeout=60) in {0, 1}  # 0 when all of it fit in the pipe's buffer
+    assert command.stderr.read() == b""
+    command.stderr.close()
+    assert head.stdout == "[\n"

@@ -79,3 +79,27 @@ def test_the_docs_five_minute_plugin_runs_with_the_demo_and_its_evaluations(
     assert "bye" in out
     assert out[-1].startswith("held-out accuracy after 300 steps: ")
     assert out.count("hello at step 0") == 1, "not loaded in the evaluation sessions"
+
+
+def test_the_commands_example_lives_in_the_module_the_entry_point_names() -> None:
+    text = DOCS.read_text()
+    [module] = re.findall(r'^hello = "([\w.]+)"', _block(text, "toml", "# pyproject.toml"), re.M)
+    [commands] = [
+        block
+        for block in re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+        if "def register_commands(" in block
+    ]
+    path = commands.splitlines()[0].removeprefix("# ").split(" ")[0]
+    assert path == f"src/{module.replace('.', '/')}/__init__.py"
+
+
+def test_the_readme_says_what_early_stopping_restores_by_default() -> None:
+    import inspect
+
+    from monitored_early_stopping import EarlyStoppingHook
+
+    default = inspect.signature(EarlyStoppingHook).parameters["restore_best"].default
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert default is False
+    assert "checkpointed, optionally restoring the best state (`restore_best=True`)" in readme
+    assert ") and `monitored-progress`" not in readme, "one 'and' in the list of plugins"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import os
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from typing import Any, Final
 import anyio
 
 from . import __version__
+from ._core import _plugins
 from ._core._calling import CallPlan
 from ._core._capabilities import provides_of
 from ._core._commands import PluginCommand, plugin_commands
@@ -26,10 +28,11 @@ from ._core._errors import PluginError
 from ._core._options import OPTIONS_ENV
 from ._core._plugins import (
     DISABLE_ENV,
+    PluginInfo,
     PluginManager,
+    _distribution,
     disabled_from_env,
-    installed_entry_points,
-    installed_plugins,
+    load_entry_point,
 )
 
 __all__ = ["WIDTH", "main"]
@@ -61,17 +64,24 @@ def _declared_options(manager: PluginManager) -> list[dict[str, Any]]:
     ]
 
 
-def _describe_plugins() -> list[dict[str, Any]]:
+def _describe_plugins() -> tuple[list[dict[str, Any]], list[PluginError]]:
+    """A row per installed plugin, and the errors of those that cannot be loaded.
+
+    One plugin that fails to import or to validate leaves the others listed.
+    """
     rows: list[dict[str, Any]] = []
+    errors: list[PluginError] = []
     disabled = disabled_from_env()
-    for ep in installed_entry_points():
+    seen: dict[str, str] = {}
+    entry_points = _plugins.installed_entry_points()  # looked up here: tests replace it
+    for ep in sorted(entry_points, key=lambda ep: (ep.name, _distribution(ep))):
+        distribution, version = _distribution(ep)
         if ep.name in disabled:
-            dist = ep.dist
             rows.append(
                 {
                     "name": ep.name,
-                    "distribution": dist.metadata["Name"] if dist else None,
-                    "version": dist.version if dist else None,
+                    "distribution": distribution,
+                    "version": version,
                     "provides": [],
                     "hooks": [],
                     "options": [],
@@ -80,32 +90,54 @@ def _describe_plugins() -> list[dict[str, Any]]:
                     "disabled": True,
                 }
             )
-    for info in installed_plugins(autoload=True):
-        manager = PluginManager()
-        manager.add(info)
-        hooks = manager.hooks_of(info.plugin)
-        rows.append(
-            {
-                "name": info.name,
-                "distribution": info.distribution,
-                "version": info.version,
-                "provides": sorted(provides_of(info)),
-                "hooks": hooks,
-                "options": _declared_options(manager),
-                "chief_only": bool(getattr(info.plugin, "chief_only", False)),
-                "training_only": bool(getattr(info.plugin, "training_only", False)),
-                "disabled": False,
-            }
-        )
-    return sorted(rows, key=lambda row: str(row["name"]))
+            continue
+        if ep.name in seen:
+            errors.append(
+                PluginError(
+                    f"two installed distributions register a monitored plugin named "
+                    f"{ep.name!r}: {seen[ep.name]} and {distribution}; uninstall one of them",
+                    plugin=ep.name,
+                    distribution=distribution,
+                )
+            )
+            continue
+        seen[ep.name] = distribution
+        try:
+            rows.append(_describe(load_entry_point(ep)))
+        except PluginError as exc:
+            errors.append(exc)
+    return sorted(rows, key=lambda row: str(row["name"])), errors
+
+
+def _describe(info: PluginInfo) -> dict[str, Any]:
+    manager = PluginManager()
+    manager.add(info)
+    return {
+        "name": info.name,
+        "distribution": info.distribution,
+        "version": info.version,
+        "provides": sorted(provides_of(info)),
+        "hooks": manager.hooks_of(info.plugin),
+        "options": _declared_options(manager),
+        "chief_only": bool(getattr(info.plugin, "chief_only", False)),
+        "training_only": bool(getattr(info.plugin, "training_only", False)),
+        "disabled": False,
+    }
 
 
 def _plugins_command(args: argparse.Namespace) -> int:
-    try:
-        rows = _describe_plugins()
-    except PluginError as exc:
-        print(f"monitored: error: {exc}", file=sys.stderr)
-        return 1
+    rows, errors = _describe_plugins()
+    listed = {str(error) for error in errors}
+    for error in args.command_errors:  # a plugin that loads but whose commands are refused
+        if str(error) not in listed:
+            print(_wrapped(f"monitored: warning: {error}", "", "  "), file=sys.stderr)
+    status = _list_plugins(args, rows)
+    for error in errors:  # each once, after the plugins that load
+        print(_wrapped(f"monitored: error: {error}", "", "  "), file=sys.stderr)
+    return 1 if errors else status
+
+
+def _list_plugins(args: argparse.Namespace, rows: list[dict[str, Any]]) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -175,13 +207,31 @@ def _wrapped(text: str, indent: str, subsequent: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``monitored`` console script."""
+    """Entry point of the ``monitored`` console script.
+
+    A reader that goes away early (``monitored plugins --json | head -1``) ends
+    the command quietly with exit status 1, not a ``BrokenPipeError`` traceback.
+    """
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # a write that fails here would fail, noisily, at exit
+    except BrokenPipeError:
+        # Python's own recipe: point stdout at devnull, so the flush at interpreter
+        # exit has nowhere to fail, and exit quietly.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    return status
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     core = {"plugins": "monitored itself"}
     wanted = argv[0] if argv and argv[0] not in core and not argv[0].startswith("-") else None
     found, errors = plugin_commands(core, wanted)
-    for error in errors:
-        print(_wrapped(f"monitored: warning: {error}", "", "  "), file=sys.stderr)
+    if argv[:1] != ["plugins"]:  # which says each failure once, itself
+        for error in errors:
+            print(_wrapped(f"monitored: warning: {error}", "", "  "), file=sys.stderr)
     parser = argparse.ArgumentParser(
         prog="monitored",
         description=_MAIN_DESCRIPTION,
@@ -201,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plugins.add_argument(
         "-v", "--verbose", action="store_true", help="also list the hooks each plugin implements"
     )
-    plugins.set_defaults(handler=_plugins_command)
+    plugins.set_defaults(handler=_plugins_command, command_errors=errors)
     for command in found:
         info = command.plugin
         # Everything after the name goes to the plugin's own parser, options included.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any
 
 import pytest
@@ -114,7 +115,8 @@ async def test_a_dict_option_takes_a_mapping_with_string_keys(
     [
         (
             {"progres": {"show": []}},
-            r"plugin 'progres', which is not installed; installed plugins: \['progress'\]",
+            r"plugin 'progres', which is not installed; installed plugins: \['progress'\] "
+            r"\(did you mean 'progress'\?\)",
         ),
         (
             {"progress": {"every_n_step": 1}},
@@ -159,7 +161,11 @@ async def test_bad_options_are_refused_before_the_session_starts(
         ("progress.colour=maybe", r"progress.colour: expected a bool \(true/false\), got 'maybe'"),
         ("progress.min_interval=fast", r"expected a number"),
         ("progress.nope=1", r"MONITORED_PLUGIN_OPTIONS: plugin 'progress' has no option 'nope'"),
-        ("every_n_steps=1", r"'every_n_steps=1' is not of the form plugin.option=value"),
+        (
+            "every_n_steps=1",
+            r"'every_n_steps=1' is not of the form plugin.option=value "
+            r"\(for example nan_guard.lag=0\)",
+        ),
         ("progress.show", r"is not of the form plugin.option=value"),
         (
             "progress.labels={lr: 0.1}",
@@ -266,13 +272,41 @@ async def test_a_value_that_contains_itself_is_refused(progress: list, state: Tr
             pass
 
 
-async def test_unknown_plugins_in_the_environment_are_ignored(
-    progress: list, state: TrainState, monkeypatch: pytest.MonkeyPatch
+async def test_unknown_plugins_in_the_environment_are_ignored_with_a_warning(
+    progress: list,
+    state: TrainState,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setenv("MONITORED_PLUGIN_OPTIONS", "summaries.flush_secs=10")
     async with monitored.MonitoredSession(state):
         pass
     assert progress == [DEFAULTS]
+    assert [r.getMessage() for r in caplog.records if "MONITORED_PLUGIN_OPTIONS" in r.message] == [
+        "MONITORED_PLUGIN_OPTIONS names 'summaries', which is not installed; it is ignored"
+    ]
+
+
+async def test_a_misspelled_plugin_in_the_options_variable_is_warned_once_with_did_you_mean(
+    progress: list,
+    state: TrainState,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setenv(
+        "MONITORED_PLUGIN_OPTIONS", "progres.every_n_steps=3;progres.colour=false;elsewhere.x=1"
+    )
+    for _ in range(2):
+        async with monitored.MonitoredSession(TrainState()):
+            pass
+    assert progress == [DEFAULTS, DEFAULTS], "ignored: the variable may be shared"
+    warned = [r for r in caplog.records if "MONITORED_PLUGIN_OPTIONS" in r.message]
+    assert [r.getMessage() for r in warned] == [
+        "MONITORED_PLUGIN_OPTIONS names 'elsewhere', which is not installed; it is ignored",
+        "MONITORED_PLUGIN_OPTIONS names 'progres', which is not installed "
+        "(did you mean 'progress'?); it is ignored",
+    ]
+    assert {r.levelno for r in warned} == {logging.WARNING}
 
 
 async def test_options_of_a_disabled_plugin_are_ignored(progress: list, state: TrainState) -> None:

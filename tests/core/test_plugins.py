@@ -440,6 +440,9 @@ async def test_a_misspelled_hook_beside_a_valid_one_is_an_error(state: TrainStat
         ("plugin_states", "plugin_state"),
         ("begun", "begin"),
         ("after_create_sesion", "after_create_session"),
+        ("after_runn", "after_run"),
+        ("begni", "begin"),
+        ("aftr_run", "after_run"),
     ],
 )
 def test_near_misses_of_hook_names_are_recognized(name: str, hook: str) -> None:
@@ -455,6 +458,40 @@ def test_unrelated_helper_names_are_allowed(name: str) -> None:
     from monitored._core._plugins import _misspelled
 
     assert _misspelled(name) is None
+
+
+_TF1_HELPER_NAMES = [
+    "after_step",
+    "checkpoint",
+    "begin_step",
+    "cluster_size",
+    "restore_state_dict",
+    "after_eval",
+]
+
+
+@pytest.mark.parametrize("name", _TF1_HELPER_NAMES)
+def test_helper_names_a_few_edits_from_a_hook_are_not_misspellings(name: str) -> None:
+    from monitored._core._plugins import _misspelled
+
+    assert _misspelled(name) is None
+
+
+async def test_a_tf1_hook_with_public_helper_methods_is_accepted(state: TrainState) -> None:
+    calls: list[str] = []
+
+    def helper(self: object) -> None:
+        calls.append("helper")
+
+    def before_run(self: object, run_context: Any) -> None:
+        calls.append("before_run")
+
+    hook_class = type(
+        "Hook", (), {"before_run": before_run} | dict.fromkeys(_TF1_HELPER_NAMES, helper)
+    )
+    async with monitored.MonitoredSession(state, hooks=[hook_class()]) as sess:
+        await sess.run(counting_step)
+    assert calls == ["before_run"]
 
 
 async def test_a_session_run_hook_subclass_typo_lists_only_its_own_methods(

@@ -166,6 +166,17 @@ async def test_summaries_go_to_the_eval_directory_through_the_sink(tmp_path: Pat
     assert written == [(str(tmp_path / "eval"), 5, {"mse": 0.0, "mean_pred": 4.0})]
 
 
+async def test_a_checkpoint_dir_that_does_not_exist_is_named_as_such(tmp_path: Path) -> None:
+    missing = tmp_path / "does" / "not" / "exist"
+    with pytest.raises(NoCheckpointError) as info:
+        await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=missing)
+    assert str(info.value) == f"checkpoint directory {missing} does not exist"
+    with pytest.raises(
+        NoCheckpointError, match=r"holds no checkpoint to evaluate \(has training written one yet"
+    ):
+        await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
+
+
 async def test_bad_input_is_refused_clearly(tmp_path: Path) -> None:
     state = monitored.TrainState({"w": np.array([1.0])})
     with pytest.raises(ValueError, match="eval_steps must be a positive int"):

@@ -34,7 +34,7 @@ import pluggy
 
 from . import _plugins
 from ._errors import MissingPluginError, PluginError, PluginValidationError, install_hint
-from ._plugins import DISABLE_ENV, PluginInfo, PluginManager, disabled_from_env
+from ._plugins import DISABLE_ENV, PluginInfo, PluginManager, disabled_from_env, public_class
 
 if TYPE_CHECKING:
     from ._session import MonitoredSession
@@ -111,16 +111,18 @@ class StepAside:
 
     plugin: PluginInfo
     capability: str
-    #: Who took it over: a hook (``"hook 'hooks[0]:NanTensorHook' (...)"``) or an argument.
+    #: Who took it over: a hook (``"NanTensorHook in hooks[0]"``) or an argument.
     owner: str
 
     def message(self) -> str:
-        """The line the session logs about it."""
-        return (
-            f"{self.plugin.describe()} steps aside: {self.owner} provides {self.capability!r} "
-            "in this session (an explicit hook or argument takes a capability over from "
-            "the installed plugin)"
+        """The line the session logs about it (once per session, at INFO)."""
+        info = self.plugin
+        who = (
+            info.describe()
+            if info.distribution is None
+            else f"plugin {info.name!r} ({info.distribution} {info.version})"
         )
+        return f"{who} steps aside: {self.owner} provides {self.capability!r}"
 
 
 def split_owners(
@@ -137,9 +139,9 @@ def split_owners(
     a :class:`PluginError` naming both.
     """
     owners: dict[str, str] = dict(arguments or {})
-    for info in explicit:
+    for position, info in enumerate(explicit):
         for capability in sorted(provides_of(info)):
-            owners.setdefault(capability, info.describe())
+            owners.setdefault(capability, f"{_name_of(info.plugin)} in hooks[{position}]")
     providers: dict[str, PluginInfo] = {}
     kept: list[PluginInfo] = []
     stepped: list[StepAside] = []
@@ -155,6 +157,11 @@ def split_owners(
         else:
             kept.append(info)
     return kept, stepped
+
+
+def _name_of(hook: object) -> str:
+    """The name a user knows a hook by: its module's, or its first public class's."""
+    return hook.__name__ if inspect.ismodule(hook) else public_class(hook).__name__
 
 
 def _two_providers(capability: str, first: PluginInfo, second: PluginInfo) -> PluginError:

@@ -7,7 +7,9 @@ script, with ``MONITORED_PLUGIN_OPTIONS="progress.every_n_steps=10;progress.show
 (a ``dict`` option takes a JSON object there: ``summaries.hparams={"lr": 0.1}``).
 The argument wins over the environment, the environment over the declared
 default. Every value is checked against its option's type before the session
-starts, and a misspelled plugin or option name is an error, not a silent no-op.
+starts, and a misspelled plugin or option name is an error, not a silent no-op (in
+the environment, which other environments may share, a plugin name that is not
+installed is a warning with a "did you mean").
 
 Values are bounded, since the environment may be set by someone else: at most
 :data:`MAX_OPTION_TEXT` characters of text per value in the environment, and
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Final, final
 
 from ._errors import PluginOptionError
+from ._plugins import _warn_unknown_in_env
 
 __all__ = [
     "MAX_OPTION_DEPTH",
@@ -230,7 +233,8 @@ def options_from_env(environ: Mapping[str, str] | None = None) -> dict[str, dict
         plugin, dot, option = key.strip().partition(".")
         if not sep or not dot or not plugin or not option:
             raise PluginOptionError(
-                f"{OPTIONS_ENV}: {entry.strip()!r} is not of the form plugin.option=value"
+                f"{OPTIONS_ENV}: {entry.strip()!r} is not of the form plugin.option=value "
+                "(for example nan_guard.lag=0)"
             )
         found.setdefault(plugin, {})[option] = value
     return found
@@ -279,6 +283,7 @@ def resolve_options(
             f"{type(given).__name__}"
         )
     from_env = options_from_env(environ)
+    _warn_unknown_in_env(frozenset(from_env), set(installed) | known, OPTIONS_ENV)
     resolved = {
         plugin: {name: option.default for name, option in options.items()}
         for plugin, options in specs.items()
@@ -297,6 +302,12 @@ def resolve_options(
                         if plugin in known
                         else "is not installed; installed plugins: "
                         f"{sorted(frozenset(installed)) or 'none'}"
+                        + "".join(
+                            f" (did you mean {close!r}?)"
+                            for close in difflib.get_close_matches(
+                                plugin, sorted(frozenset(installed) | known), n=1
+                            )
+                        )
                     ),
                     plugin=plugin,
                 )

@@ -46,6 +46,7 @@ __all__ = [
     "installed_plugin_names",
     "installed_plugins",
     "load_entry_point",
+    "public_class",
 ]
 
 log = logging.getLogger("monitored")
@@ -67,6 +68,10 @@ _SPEC_ARGS: Final = {
 _TF1_EVENTS: Final = frozenset({"begin", "after_create_session", "before_run", "after_run", "end"})
 #: How alike a name must be to a hook name (difflib's ratio) to count as a misspelling.
 _MISSPELLING_CUTOFF: Final = 0.8
+#: The most single-letter edits (a swap of two neighbours counts as one) a misspelling is away
+#: from its hook name: ``after_step`` is as alike as ``after_save`` by ratio, but three edits
+#: away, so it is a helper, not a typo.
+_MISSPELLING_EDITS: Final = 2
 
 
 @final
@@ -230,24 +235,27 @@ def _check_attribute_lookup(info: PluginInfo) -> None:
             ) from exc
 
 
-_warned_env: set[frozenset[str]] = set()
+_warned_env: set[tuple[str, frozenset[str]]] = set()
 
 
-def _warn_unknown_in_env(names: frozenset[str], installed: set[str]) -> None:
-    """Log once (per set of names) the ``MONITORED_DISABLE_PLUGINS`` names not installed.
+def _warn_unknown_in_env(
+    names: frozenset[str], installed: set[str], variable: str = DISABLE_ENV
+) -> None:
+    """Log once (per set of names) the plugin names in ``variable`` that are not installed.
 
-    Not an error: the variable may be shared by environments with other plugins.
-    But a typo would leave the plugin on, so it is said, with a "did you mean".
+    Not an error: ``MONITORED_DISABLE_PLUGINS`` or ``MONITORED_PLUGIN_OPTIONS`` may
+    be shared by environments with other plugins. But a typo would leave the
+    plugin on, or its options unset, so it is said, with a "did you mean".
     """
     unknown = names - installed
-    if not unknown or unknown in _warned_env:
+    if not unknown or (variable, unknown) in _warned_env:
         return
-    _warned_env.add(unknown)
+    _warned_env.add((variable, unknown))
     for name in sorted(unknown):
         close = difflib.get_close_matches(name, sorted(installed), n=1)
         log.warning(
             "%s names %r, which is not installed%s; it is ignored",
-            DISABLE_ENV,
+            variable,
             name,
             f" (did you mean {close[0]!r}?)" if close else "",
         )
@@ -563,11 +571,29 @@ def _misspelled(name: str) -> str | None:
     """The hook ``name`` probably meant, if it is a near miss of one."""
     if name in _SPEC_NAMES:
         return None
-    for hook in sorted(_SPEC_NAMES):
-        if len(hook) >= 5 and name.startswith(hook):
-            return hook
-    match = difflib.get_close_matches(name, _SPEC_NAMES, n=1, cutoff=_MISSPELLING_CUTOFF)
-    return match[0] if match else None
+    if name.removesuffix("_hook") in _SPEC_NAMES:
+        return name.removesuffix("_hook")
+    for match in difflib.get_close_matches(name, _SPEC_NAMES, n=3, cutoff=_MISSPELLING_CUTOFF):
+        if _edit_distance(name, match) <= _MISSPELLING_EDITS:
+            return match
+    return None
+
+
+def _edit_distance(a: str, b: str) -> int:
+    """The fewest insertions, deletions, substitutions and neighbour swaps turning ``a`` into ``b``.
+
+    (The optimal string alignment distance: ``begni`` is one edit from ``begin``.)
+    """
+    previous: list[int] = []
+    row = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        before, previous, row = previous, row, [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = a[i - 1] != b[j - 1]
+            row[j] = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], before[j - 2] + 1)
+    return row[len(b)]
 
 
 def _near_misses(plugin: object) -> str:
@@ -593,8 +619,17 @@ def _check_misspellings(info: PluginInfo) -> None:
 def _qualname(obj: object) -> str:
     if inspect.ismodule(obj):
         return obj.__name__
-    cls = type(obj)
+    cls = public_class(obj)
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def public_class(obj: object) -> type:
+    """The first class in ``type(obj)``'s MRO whose name is public, for messages.
+
+    A constructor may return a private subclass (``SummarySaverHook(...)`` is a
+    ``_FetchingSummarySaverHook``); the user wrote, and should read, the public name.
+    """
+    return next((cls for cls in type(obj).__mro__ if not cls.__name__.startswith("_")), type(obj))
 
 
 def _hook_named_in(message: str) -> str:

@@ -47,6 +47,7 @@ from ._plugins import (
     disabled_from_env,
     installed_plugin_names,
     installed_plugins,
+    public_class,
 )
 from ._profiler import StepTrace
 from ._run import RunOptions, SessionRunArgs, SessionRunContext, SessionRunValues
@@ -1538,7 +1539,7 @@ def _hook_name(hook: object, default: str) -> str:
 def _name_of(obj: object) -> str:
     if inspect.ismodule(obj) or inspect.isroutine(obj) or inspect.isclass(obj):
         return str(obj.__name__)
-    return type(obj).__name__
+    return public_class(obj).__name__
 
 
 def _state_version(plugin: object) -> int:

@@ -38,3 +38,10 @@ __all__ = [
     "evaluate_repeatedly",
     "train_and_evaluate",
 ]
+
+# Tracebacks name the public path of an error, as the core's do, not its private module.
+for _name in __all__:
+    _value = globals()[_name]
+    if isinstance(_value, type) and issubclass(_value, BaseException):
+        _value.__module__ = __name__
+del _name, _value

@@ -25,6 +25,7 @@ from collections.abc import (
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, final
 
+import anyio
 import anyio.lowlevel
 import numpy as np
 
@@ -410,6 +411,8 @@ async def _evaluate_newest(
             skipped.append(path)
             continue
         return result
+    if not skipped and not await anyio.Path(checkpoint_dir).exists():
+        raise NoCheckpointError(f"checkpoint directory {checkpoint_dir} does not exist")
     raise NoCheckpointError(
         f"checkpoint directory {checkpoint_dir} holds no checkpoint to evaluate "
         + (

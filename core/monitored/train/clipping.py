@@ -198,7 +198,8 @@ def _check_array(t: Any, what: str, *, floating: bool = True) -> Array:
         t = np.asarray(t)  # a NumPy scalar (``err.mean()``) is a 0-d value, as for optimizers
     if not is_array(t):
         raise TypeError(
-            f"{what}: t must be a NumPy or CuPy array or an IndexedSlices, got {type(t).__name__}"
+            f"{what}: t must be a NumPy or CuPy array or an IndexedSlices, got "
+            f"{type(t).__name__}; wrap it with numpy.asarray(...)"
         )
     kind = np.floating if floating else np.number
     if not np.issubdtype(t.dtype, kind):

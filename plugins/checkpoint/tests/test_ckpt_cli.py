@@ -502,3 +502,27 @@ def test_the_monitored_script_runs_the_checkpoint_commands(run: Path) -> None:
     )
     assert done.returncode == 1
     assert "model.ckpt-4.safetensors is a FIFO" in done.stdout
+
+
+@pytest.mark.parametrize("subcommand", ["show", "ls"])
+def test_a_reader_that_goes_away_ends_a_checkpoint_command_quietly(
+    run: Path, subcommand: str
+) -> None:
+    """``monitored checkpoint show DIR | head -1``: no "error: BrokenPipeError", status 1.
+
+    The pipe's read end is closed before the command writes (as ``head`` closes it
+    after its first line), so the write fails whatever the pipe's buffer size.
+    """
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [Path(sys.executable).with_name("monitored"), "checkpoint", subcommand, run],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=GUARD_SECS,
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (1, "")

@@ -62,7 +62,7 @@ async def test_an_explicit_checkpoint_saver_hook_is_the_only_saver(
     assert savers == [mine], "no second saver from the installed plugin"
     assert saves.steps == [0, 3, 6], "the user's schedule (3), each checkpoint once"
     [line] = [r.getMessage() for r in caplog.records if "steps aside" in r.getMessage()]
-    assert "plugin 'checkpoint' (distribution monitored-checkpoint" in line
+    assert "plugin 'checkpoint' (monitored-checkpoint " in line
     assert "CheckpointSaverHook" in line
 
 

@@ -296,7 +296,7 @@ async def test_the_cluster_argument_takes_the_cluster_over_from_monitored_mpi(
         assert "mpi" not in [info.name for info in sess.plugins]
     assert asked == [], "the plugin was not asked for a cluster"
     [line] = [r.getMessage() for r in caplog.records if "steps aside" in r.getMessage()]
-    assert "plugin 'mpi' (distribution monitored-mpi" in line
+    assert "plugin 'mpi' (monitored-mpi " in line
     assert "the cluster= argument provides 'cluster'" in line
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,11 +47,25 @@ async def test_explicit_nan_tensor_hook_without_failing_wins_over_the_installed_
     assert caplog.text.count("Model diverged with loss = NaN.") == 1, "one guard saw it"
     assert "nan_guard" not in [info.name for info in result.session.plugins]
     [line] = steps_aside(caplog)
-    assert "plugin 'nan_guard' (distribution monitored-nan-guard" in line
+    assert "plugin 'nan_guard' (monitored-nan-guard " in line
     assert "NanTensorHook" in line
     assert "provides 'nan_guard'" in line
     [aside] = result.session.stepped_aside
     assert (aside.plugin.name, aside.capability) == ("nan_guard", "nan_guard")
+
+
+async def test_the_step_aside_line_in_docs_plugins_md_is_the_one_printed(caplog: Any) -> None:
+    docs = Path(__file__).parents[3] / "docs" / "plugins.md"
+    [documented] = [
+        line for line in docs.read_text().splitlines() if line.startswith("INFO:monitored:plugin")
+    ]
+    caplog.set_level(logging.INFO, "monitored")
+    async with monitored.MonitoredSession(
+        monitored.TrainState(), hooks=[NanTensorHook("loss")]
+    ) as sess:
+        await sess.run(nan_at(0))
+    [line] = steps_aside(caplog)
+    assert f"INFO:monitored:{line}" == documented
 
 
 async def test_explicit_rollback_guard_is_not_followed_by_the_installed_guard_raising(

@@ -62,6 +62,24 @@ async def test_user_summary_saver_hook_next_to_the_default_writes_each_point_onc
     assert "SummarySaverHook" in line
 
 
+async def test_a_private_summary_saver_subclass_is_named_by_its_public_class(
+    tmp_path: Path, caplog: Any
+) -> None:
+    """``SummarySaverHook(scalars=...)`` is a private subclass; messages name the public one."""
+    caplog.set_level(logging.INFO, "monitored")
+    mine = SummarySaverHook(save_steps=5, output_dir=str(tmp_path), scalars=["loss"])
+    assert type(mine).__name__.startswith("_"), "the case this test is about"
+    sess = await train(tmp_path, [mine])
+    [name] = [info.name for info in sess.plugins if info.plugin is mine]
+    assert name.endswith("]:SummarySaverHook"), name
+    position = name.split(":")[0]
+    [line] = [r.getMessage() for r in caplog.records if "steps aside" in r.getMessage()]
+    assert line == (
+        "plugin 'summaries' (monitored-summaries 0.1.0) steps aside: SummarySaverHook in "
+        f"{position} provides 'summaries'"
+    )
+
+
 async def test_without_an_explicit_hook_the_installed_plugin_writes(
     tmp_path: Path, events: Any
 ) -> None:

@@ -606,9 +606,19 @@ def test_optimizer_numpy_scalar_gradient_is_checked_like_an_array() -> None:
     scalar_state = TrainState({"t": np.array(1.0, F32)})
     with pytest.raises(ValueError, match=r"gradient of 't' is numpy float64 \(\)"):
         SGD(0.1).apply_gradients(scalar_state, {"t": np.float64(0.5)})
-    with pytest.raises(TypeError, match="must be a NumPy or CuPy array or an IndexedSlices"):
-        SGD(0.1).apply_gradients(scalar_state, {"t": 0.5})
     assert state.global_step == scalar_state.global_step == 0
+
+
+def test_a_python_float_gradient_says_to_wrap_it_with_numpy_asarray() -> None:
+    state = TrainState({"t": np.array(1.0, F32)})
+    with pytest.raises(TypeError) as info:
+        SGD(0.1).apply_gradients(state, {"t": 0.5})
+    assert str(info.value) == (
+        "GradientDescentOptimizer.apply_gradients: the gradient of 't' must be a NumPy or CuPy "
+        "array or an IndexedSlices, got float; wrap it with numpy.asarray(...)"
+    )
+    assert state.global_step == 0
+    np.testing.assert_array_equal(state["t"], 1.0)
 
 
 @pytest.mark.parametrize(

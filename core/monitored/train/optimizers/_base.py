@@ -369,7 +369,7 @@ def _check_gradient(state: TrainState, name: str, grad: Any, what: str) -> _Grad
     if not is_array(grad):
         raise TypeError(
             f"{what}: the gradient of {name!r} must be a NumPy or CuPy array or an "
-            f"IndexedSlices, got {type(grad).__name__}"
+            f"IndexedSlices, got {type(grad).__name__}; wrap it with numpy.asarray(...)"
         )
     _check_module(name, var, grad, what)
     if grad.shape != var.shape or grad.dtype != var.dtype:

@@ -102,6 +102,8 @@ def _guarded(command: _Command) -> _Command:
     def run(args: argparse.Namespace) -> int:
         try:
             return command(args)
+        except BrokenPipeError:
+            raise  # the reader went away (| head): the ``monitored`` command ends quietly
         except (CheckpointError, OSError, ValueError) as exc:
             _error(args, str(exc) if isinstance(exc, CheckpointError) else _describe(exc))
             return ERROR
