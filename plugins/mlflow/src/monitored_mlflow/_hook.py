@@ -11,6 +11,7 @@ they come. A :class:`~monitored_mlflow._sender.Sender` thread sends them.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import math
 import os
@@ -48,13 +49,21 @@ def run_status(error: BaseException | None) -> str:
     """
     if error is None:
         return "FINISHED"
-    if isinstance(error, KeyboardInterrupt | SystemExit | anyio.get_cancelled_exc_class()):
+    if isinstance(error, KeyboardInterrupt | SystemExit | _cancelled()):
         return "KILLED"
     if isinstance(error, BaseExceptionGroup) and all(
         run_status(inner) == "KILLED" for inner in error.exceptions
     ):
         return "KILLED"
     return "FAILED"
+
+
+def _cancelled() -> type[BaseException]:
+    """The running async library's cancellation exception (asyncio's outside a loop)."""
+    try:
+        return anyio.get_cancelled_exc_class()
+    except anyio.NoEventLoopError:
+        return asyncio.CancelledError
 
 
 class MlflowHook:

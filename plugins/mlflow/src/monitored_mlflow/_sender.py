@@ -291,24 +291,20 @@ class Sender:
     def _send_artifact(self, client: MlflowClient, local_path: str, artifact_path: str) -> None:
         run_id = self.run_id
         assert run_id is not None
-        if not os.path.exists(local_path):
-            self.dropped += 1
+        files = checkpoint_files(local_path)
+        if not files:
+            with self._cond:
+                self.dropped += 1
             log.warning(
                 "monitored-mlflow: checkpoint %s is gone before it could be uploaded (removed "
                 "by max_to_keep?); not logged",
                 local_path,
             )
             return
-        if os.path.isdir(local_path):
-
-            def upload() -> None:
-                client.log_artifacts(run_id, local_path, artifact_path)
-        else:
-
-            def upload() -> None:
-                client.log_artifact(run_id, local_path, artifact_path)
-
-        self._retrying(f"upload checkpoint {local_path}", 1, upload)
+        for path in files:
+            self._retrying(
+                f"upload checkpoint {path}", 1, _uploader(client, run_id, path, artifact_path)
+            )
 
     def _terminate(self, client: MlflowClient, status: str) -> None:
         run_id = self.run_id
@@ -368,6 +364,33 @@ class Sender:
 
     def _where(self) -> str:
         return self.config.tracking_uri or "(MLflow's default store)"
+
+
+def _uploader(
+    client: MlflowClient, run_id: str, path: str, artifact_path: str
+) -> Callable[[], None]:
+    """Upload ``path`` (a file, or a directory as ``<artifact_path>/<its name>``)."""
+    if os.path.isdir(path):
+        return lambda: client.log_artifacts(
+            run_id, path, f"{artifact_path}/{os.path.basename(path)}"
+        )
+    return lambda: client.log_artifact(run_id, path, artifact_path)
+
+
+def checkpoint_files(path: str) -> list[str]:
+    """The files of the checkpoint at ``path``: itself, or its ``<path>.*`` files."""
+    if os.path.exists(path):
+        return [path]
+    directory, prefix = os.path.split(path)
+    try:
+        names = sorted(os.listdir(directory or "."))
+    except OSError:
+        return []
+    return [
+        os.path.join(directory, name)
+        for name in names
+        if name.startswith(prefix + ".") and os.path.isfile(os.path.join(directory, name))
+    ]
 
 
 def _is_refusal(exc: BaseException | None) -> bool:
