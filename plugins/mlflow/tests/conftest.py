@@ -57,6 +57,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.fixture
+def nobody_listening() -> str:
+    """The URI of a port on 127.0.0.1 where no server listens (connections are refused)."""
+    return f"http://127.0.0.1:{free_port()}"
+
+
 @dataclass
 class Server:
     """A running ``mlflow server``."""
