@@ -90,6 +90,8 @@ class MlflowHook:
         backoff_secs: the wait before the first retry, doubled after each.
         max_pending: metric points kept while the server does not answer (the
             oldest are dropped past it).
+        flush_secs: the sender gathers points this long after each request, so
+            that one ``log_batch`` carries many steps.
     """
 
     #: Passed in ``hooks=[...]`` it owns the session's MLflow run: the installed
@@ -115,6 +117,7 @@ class MlflowHook:
         retries: int = 3,
         backoff_secs: float = 0.5,
         max_pending: int = 100_000,
+        flush_secs: float = 1.0,
     ) -> None:
         if (
             not isinstance(log_every_n_steps, int)
@@ -139,6 +142,10 @@ class MlflowHook:
             raise MlflowConfigError(
                 f"MlflowHook: backoff_secs must be a number >= 0, got {backoff_secs!r}"
             )
+        if not flush_secs >= 0:
+            raise MlflowConfigError(
+                f"MlflowHook: flush_secs must be a number >= 0, got {flush_secs!r}"
+            )
         if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
             raise MlflowConfigError(
                 f"MlflowHook: max_pending must be a positive int, got {max_pending!r}"
@@ -160,6 +167,7 @@ class MlflowHook:
         self.retries = retries
         self.backoff_secs = backoff_secs
         self.max_pending = max_pending
+        self.flush_secs = flush_secs
         self._sender: Sender | None = None
         self._next_due = 0
         self._run_id: str | None = None
@@ -222,6 +230,7 @@ class MlflowHook:
                 retries=self.retries,
                 backoff_secs=self.backoff_secs,
                 max_pending=self.max_pending,
+                flush_secs=self.flush_secs,
                 tags={**_version_tags(session), **self.tags},
             )
         )

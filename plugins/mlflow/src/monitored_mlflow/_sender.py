@@ -60,6 +60,7 @@ class SenderConfig:
     retries: int = 3
     backoff_secs: float = 0.5
     max_pending: int = 100_000
+    flush_secs: float = 1.0
     tags: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -79,6 +80,7 @@ class Sender:
         #: Set by :meth:`close`: the backoff between retries is cut short once.
         self._wake = threading.Event()
         self._failing = False
+        self._last_send = -float("inf")
         #: Metric points, parameters, tags and artifacts dropped (sent to nobody).
         self.dropped = 0
         #: Metric points sent.
@@ -99,12 +101,14 @@ class Sender:
         now = int(time.time() * 1000)
         points = [(key, value, now, step) for key, value in values.items()]
         with self._cond:
+            was_empty = not self._points
             self._points.extend(points)
             overflow = len(self._points) - self.config.max_pending
             if overflow > 0:
                 del self._points[:overflow]
                 self.dropped += overflow
-            self._cond.notify()
+            if was_empty:  # the thread waits for the first point only, then lingers
+                self._cond.notify()
 
     def add_params(self, params: Mapping[str, str]) -> None:
         with self._cond:
@@ -162,6 +166,13 @@ class Sender:
                 with self._cond:
                     while not self._has_work() and self._status is None:
                         self._cond.wait()
+                    # Gather for flush_secs after the last send: one request carries
+                    # many steps' points instead of one request (and its GIL time) each.
+                    while self._status is None:
+                        linger = self._last_send + self.config.flush_secs - time.monotonic()
+                        if linger <= 0:
+                            break
+                        self._cond.wait(linger)
                     params, self._params = self._params, {}
                     tags, self._tags = self._tags, {}
                     points, self._points = self._points, []
@@ -169,6 +180,7 @@ class Sender:
                     status = self._status
                 if params or tags or points:
                     self._send_batch(client, params, tags, points)
+                self._last_send = time.monotonic()
                 for local_path, artifact_path in artifacts:
                     self._send_artifact(client, local_path, artifact_path)
                 if status is not None and not self._has_work():
