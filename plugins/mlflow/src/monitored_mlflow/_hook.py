@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import anyio
 import anyio.to_thread
+import numpy as np
 
 from monitored import PluginError, to_host
 
@@ -311,20 +312,25 @@ class MlflowHook:
 
 
 def _scalars(values: Mapping[str, Any]) -> dict[str, float]:
-    """The numeric single-element entries of ``values``, as floats (one host transfer)."""
+    """The numeric single-element entries of ``values``, as floats (one transfer off a device)."""
     names: list[str] = []
     picked: list[Any] = []
     out: dict[str, float] = {}
     for key, value in values.items():
-        if isinstance(value, bool) or not isinstance(key, str):
-            continue
-        if isinstance(value, int | float):
+        kind = type(value)
+        if kind is float or kind is int:  # not bool: a flag is no metric
             out[key] = float(value)
-            continue
-        dtype = getattr(value, "dtype", None)
-        if dtype is not None and dtype.kind in _NUMERIC_KINDS and getattr(value, "size", 0) == 1:
-            names.append(key)
-            picked.append(value)
+        elif isinstance(value, np.generic):
+            if value.dtype.kind in _NUMERIC_KINDS:
+                out[key] = float(value)
+        elif isinstance(value, np.ndarray):
+            if value.size == 1 and value.dtype.kind in _NUMERIC_KINDS:
+                out[key] = float(value.item())
+        else:
+            dtype = getattr(value, "dtype", None)
+            if dtype is not None and dtype.kind in _NUMERIC_KINDS and value.size == 1:
+                names.append(key)  # on a device: all of them in one transfer below
+                picked.append(value)
     if picked:
         for key, host in zip(names, to_host(picked), strict=True):
             out[key] = float(host.reshape(()))
