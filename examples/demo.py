@@ -35,7 +35,8 @@ on an async ``MonitoredTrainingSession``). It shows the pieces working together:
   --all-packages`` installs the workspace), a NaN loss stops training with TF1's
   error and a progress bar shows on a terminal, without a line of code here.
 
-Run it with ``python examples/demo.py`` (``--steps``, ``--seed``, ``--checkpoint-dir``, ``--mlflow``).
+Run it with ``python examples/demo.py`` (``--steps``, ``--seed``, ``--checkpoint-dir``,
+``--mlflow``).
 """
 
 from __future__ import annotations
