@@ -109,3 +109,39 @@ def test_enabled_without_a_uri_uses_mlflows_default_store_in_the_working_directo
     assert experiment is not None
     [found] = client.search_runs([experiment.experiment_id])
     assert found.data.metrics["loss"] == 0.5
+
+
+def test_an_idle_plugin_never_imports_mlflow(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        """
+        import sys, anyio
+        from monitored import MonitoredTrainingSession, StopAtStepHook, TrainState
+
+        def step(state):
+            state.global_step += 1
+
+        async def main():
+            async with MonitoredTrainingSession(
+                TrainState(), hooks=[StopAtStepHook(last_step=2)]
+            ) as sess:
+                assert "mlflow" in [i.name for i in sess.plugins]
+                while not sess.should_stop():
+                    await sess.run(step)
+
+        anyio.run(main)
+        print(sorted(m for m in sys.modules if m == "mlflow" or m.startswith("mlflow.")))
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "MONITORED_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert os.listdir(tmp_path) == []
