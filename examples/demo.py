@@ -23,11 +23,20 @@ on an async ``MonitoredTrainingSession``). It shows the pieces working together:
 * with ``monitored-summaries``, loss, learning rate, a ``w1`` histogram and
   ``global_step/sec`` go to ``runs/demo`` and the evaluations to
   ``runs/demo/eval`` (``tensorboard --logdir runs/demo``);
+* with ``monitored-mlflow`` and ``--mlflow`` (or ``MLFLOW_TRACKING_URI`` set),
+  the run is logged to MLflow: parameters (the optimizer's settings among
+  them), loss, learning rate, gradient norm, ``global_step/sec`` and the
+  held-out evaluations, into ``MLFLOW_TRACKING_URI`` or else
+  ``<checkpoint-dir>/mlflow.db``; a resumed run continues the same MLflow run
+  (``mlflow ui --backend-store-uri sqlite:///runs/demo/mlflow.db``). Not by
+  default: importing MLflow and creating its database take longer than the
+  demo's training;
 * with ``monitored-nan-guard`` and ``monitored-progress`` installed (``uv run
   --all-packages`` installs the workspace), a NaN loss stops training with TF1's
   error and a progress bar shows on a terminal, without a line of code here.
 
-Run it with ``python examples/demo.py`` (``--steps``, ``--seed``, ``--checkpoint-dir``).
+Run it with ``python examples/demo.py`` (``--steps``, ``--seed``, ``--checkpoint-dir``,
+``--mlflow``).
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
+import os
 from typing import Any
 
 import anyio
@@ -130,8 +140,23 @@ def eval_metrics() -> dict[str, monitored.metrics.Metric]:
     }
 
 
+def mlflow_hook(checkpoint_dir: str) -> object:
+    """Log the run to MLflow: ``MLFLOW_TRACKING_URI``, else a database in ``checkpoint_dir``."""
+    from monitored_mlflow import MlflowHook  # parameters, scalars, evaluations
+
+    os.makedirs(checkpoint_dir, exist_ok=True)
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or (
+        f"sqlite:///{os.path.abspath(checkpoint_dir)}/mlflow.db"
+    )
+    return MlflowHook(uri, experiment="demo", optimizer=OPTIMIZER, params={"batch_size": 32})
+
+
 async def train(
-    steps: int, seed: int = 0, checkpoint_dir: str | None = None, eval_every: int = 100
+    steps: int,
+    seed: int = 0,
+    checkpoint_dir: str | None = None,
+    eval_every: int = 100,
+    mlflow: bool = False,
 ) -> monitored.TrainState:
     """Train up to global step ``steps``, resuming from ``checkpoint_dir`` if it has one.
 
@@ -163,6 +188,12 @@ async def train(
                 histograms=["w1"],
             )
         )
+    if (
+        checkpoint_dir is not None
+        and (mlflow or os.environ.get("MLFLOW_TRACKING_URI"))
+        and importlib.util.find_spec("monitored_mlflow")
+    ):
+        hooks.append(mlflow_hook(checkpoint_dir))
     # Shuffled batches of 32, made ahead by two threads and fed to train_step as
     # `batch`; their position is saved with each checkpoint (exact resume).
     hooks.append(
@@ -207,9 +238,15 @@ def main() -> None:
         help="checkpoints go here; a second run resumes from them ('' for none; "
         "needs the monitored-checkpoint plugin)",
     )
+    parser.add_argument(
+        "--mlflow",
+        action="store_true",
+        help="log the run to MLflow (MLFLOW_TRACKING_URI, else <checkpoint-dir>/mlflow.db; "
+        "needs the monitored-mlflow plugin)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    anyio.run(train, args.steps, args.seed, args.checkpoint_dir or None)
+    anyio.run(train, args.steps, args.seed, args.checkpoint_dir or None, 100, args.mlflow)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ __all__ = [
     "after_evaluate",
     "after_run",
     "after_save",
+    "before_close",
     "before_run",
     "before_save",
     "begin",
@@ -117,6 +118,21 @@ def end(session: MonitoredSession) -> None:
     Normal ends are a stop request and the end of input (``OutOfRangeError``,
     ``StopIteration``, ``StopAsyncIteration`` raised in the ``async with`` body).
     Not called when any other exception ends the session.
+    """
+
+
+@hookspec
+def before_close(session: MonitoredSession, error: BaseException | None) -> None:
+    """Called once as the session closes, however it ended.
+
+    ``error`` is ``None`` after a normal end (after ``end``), else the exception
+    that ends the session: a step's error, a background task's, a
+    ``KeyboardInterrupt`` or a cancellation. Called after the background tasks
+    are cancelled and before the session waits, at most
+    ``session.stop_grace_period_secs``, for the coordinator's threads: a plugin
+    that sends work from a thread of its own (an experiment tracker) hands it
+    its last items here and says how the run ended. After an ``error`` an
+    exception raised here is logged, not raised over the one that ended the run.
     """
 
 

@@ -1425,3 +1425,73 @@ def test_a_hook_class_instead_of_an_instance_is_refused_up_front(state: TrainSta
 
     with pytest.raises(TypeError, match=r"hooks\[1\] is the class LogEvery.*LogEvery\(\.\.\.\)"):
         monitored.MonitoredSession(state, hooks=[LogEvery(), LogEvery])
+
+
+class ClosingWatcher:
+    """Records what ``before_close`` is told, and whether the coordinator's threads ran then."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.errors: list[BaseException | None] = []
+        self.fail = fail
+        self.ended = False
+
+    def end(self, session: Any) -> None:
+        self.ended = True
+
+    def before_close(self, session: Any, error: BaseException | None) -> None:
+        self.errors.append(error)
+        if self.fail:
+            raise OSError("the tracker is gone")
+
+
+async def test_before_close_hears_a_normal_end_after_end(state: TrainState) -> None:
+    watcher = ClosingWatcher()
+    async with monitored.MonitoredSession(state, hooks=[watcher], stop_grace_period_secs=7) as sess:
+        assert sess.stop_grace_period_secs == 7
+        await run_steps(sess, 2)
+    assert watcher.ended
+    assert watcher.errors == [None]
+
+
+async def test_before_close_hears_the_error_that_ended_the_session(state: TrainState) -> None:
+    watcher = ClosingWatcher()
+    with pytest.raises(ValueError, match="bad step"):
+        async with monitored.MonitoredSession(state, hooks=[watcher]) as sess:
+            await run_steps(sess, 1)
+            raise ValueError("bad step")
+    assert not watcher.ended
+    [error] = watcher.errors
+    assert isinstance(error, ValueError)
+
+
+async def test_before_close_hears_an_end_hook_that_failed(state: TrainState) -> None:
+    class FailingEnd:
+        def end(self, session: Any) -> None:
+            raise KeyError("end failed")
+
+    watcher = ClosingWatcher()
+    with pytest.raises(KeyError, match="end failed"):
+        async with monitored.MonitoredSession(state, hooks=[FailingEnd(), watcher]) as sess:
+            await run_steps(sess, 1)
+    [error] = watcher.errors
+    assert isinstance(error, KeyError)
+
+
+async def test_before_close_failing_after_an_error_is_logged_not_raised_over_it(
+    state: TrainState, caplog: Any
+) -> None:
+    with pytest.raises(ValueError, match="bad step"):
+        async with monitored.MonitoredSession(state, hooks=[ClosingWatcher(fail=True)]) as sess:
+            await run_steps(sess, 1)
+            raise ValueError("bad step")
+    assert any(
+        "a before_close hook failed too" in r.getMessage()
+        and "the tracker is gone" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+async def test_before_close_failing_after_a_normal_end_is_raised(state: TrainState) -> None:
+    with pytest.raises(OSError, match="the tracker is gone"):
+        async with monitored.MonitoredSession(state, hooks=[ClosingWatcher(fail=True)]) as sess:
+            await run_steps(sess, 1)

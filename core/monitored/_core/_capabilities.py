@@ -60,6 +60,7 @@ CAPABILITIES: Final[Mapping[str, tuple[str, str]]] = {
     "progress": ("progress", "monitored-progress"),
     "cluster": ("mpi", "monitored-mpi"),
     "pruning": ("optuna", "monitored-optuna"),
+    "mlflow": ("mlflow", "monitored-mlflow"),
 }
 
 #: The capability hooks (see :mod:`monitored.hookspecs`): called on a provider alone.

@@ -270,6 +270,11 @@ class MonitoredSession:
         return self._outputs
 
     @property
+    def stop_grace_period_secs(self) -> float:
+        """How long closing waits for the coordinator's threads (and plugins' last sends)."""
+        return self._stop_grace_period_secs
+
+    @property
     def training_config(self) -> TrainingConfig | None:
         """The configuration given by ``MonitoredTrainingSession``, if any."""
         return self._training_config
@@ -368,6 +373,7 @@ class MonitoredSession:
 
     async def _close_open(self, failure: BaseException | None) -> None:
         """Close the open session: ``end`` unless ``failure``, then the background tasks."""
+        error = failure
         try:
             if failure is None:
                 if not self._stop_agreed and not isinstance(self._cluster, LocalCluster):
@@ -377,6 +383,9 @@ class MonitoredSession:
                 if self._fetcher.pending is not None:
                     await self._deliver_late(SessionRunContext(None, self))
                 await self._call_end()
+        except BaseException as exc:
+            error = exc
+            raise
         finally:
             self._fetcher.drop()
             self._coord.request_stop()
@@ -393,7 +402,21 @@ class MonitoredSession:
                     # state (evaluation after training) may add entries in begin.
                     self._state.unfinalize()
                 with anyio.CancelScope(shield=True):
-                    await self._join(failure)
+                    try:
+                        await self._before_close(error)
+                    finally:
+                        await self._join(failure)
+
+    async def _before_close(self, error: BaseException | None) -> None:
+        """Tell the plugins how the session ended (``before_close``)."""
+        if self._plan is None or not self._plan["before_close"]:
+            return
+        try:
+            await self.call_hook("before_close", self, error)
+        except Exception as exc:
+            if error is None:
+                raise
+            log.warning("While closing after an error, a before_close hook failed too: %r", exc)
 
     async def _call_end(self) -> None:
         """Call every ``end``, even after one of them raised.

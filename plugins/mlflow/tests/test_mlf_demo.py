@@ -1,0 +1,41 @@
+"""The demo logs its run to MLflow with ``--mlflow`` (here ``mlflow=True``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import anyio
+from mlflow import MlflowClient
+
+DEMO = Path(__file__).parents[3] / "examples" / "demo.py"
+
+
+def load_demo() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("monitored_demo_for_mlflow", DEMO)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_demo_logs_its_run_and_evaluations_into_its_directory(tmp_path: Path) -> None:
+    demo = load_demo()
+    directory = tmp_path / "demo"
+    anyio.run(demo.train, 200, 0, str(directory), 100, True)
+    client = MlflowClient(f"sqlite:///{directory / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("demo")
+    assert experiment is not None
+    [run] = client.search_runs([experiment.experiment_id])
+    assert run.info.status == "FINISHED"
+    assert run.data.params["optimizer"] == "MomentumOptimizer"
+    assert run.data.params["batch_size"] == "32"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "eval/accuracy")] == [
+        100,
+        200,
+    ]
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [100, 200]

@@ -1,0 +1,96 @@
+"""Against a real ``mlflow server`` (SQLite backend) on 127.0.0.1: logging, and the server going away."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+
+from monitored import MonitoredSession, StopAtStepHook, TrainState
+from monitored_mlflow import MlflowHook
+
+
+def step(state: TrainState) -> dict[str, Any]:
+    state.global_step += 1
+    return {"loss": np.float32(1.0 / state.global_step)}
+
+
+async def test_a_run_logged_to_a_real_server_reads_back(
+    mlflow_server: Callable[[], Any],
+) -> None:
+    server = mlflow_server()
+    hook = MlflowHook(server.uri, experiment="served", log_every_n_steps=5, params={"lr": 0.1})
+    async with MonitoredSession(TrainState(), hooks=[hook, StopAtStepHook(last_step=20)]) as sess:
+        while not sess.should_stop():
+            await sess.run(step)
+            await sess.report_evaluation(sess.state.global_step, {"accuracy": 0.5}) if (
+                sess.state.global_step == 10
+            ) else None
+    client = MlflowClient(server.uri)
+    run = client.get_run(hook.run_id)  # type: ignore[arg-type]
+    assert run.info.status == "FINISHED"
+    assert run.data.params["lr"] == "0.1"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [5, 10, 15, 20]
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "eval/accuracy")] == [10]
+
+
+async def test_a_server_stopped_mid_run_leaves_training_unaffected_and_warns(
+    mlflow_server: Callable[[], Any], caplog: Any
+) -> None:
+    caplog.set_level(logging.WARNING, "monitored.mlflow")
+    server = mlflow_server()
+    hook = MlflowHook(
+        server.uri, experiment="down", log_every_n_steps=1, retries=1, backoff_secs=0.05
+    )
+    step_times: list[float] = []
+    async with MonitoredSession(
+        TrainState(), hooks=[hook, StopAtStepHook(last_step=400)], stop_grace_period_secs=5
+    ) as sess:
+        while not sess.should_stop():
+            started = time.perf_counter()
+            await sess.run(step)
+            step_times.append(time.perf_counter() - started)
+            if sess.state.global_step == 100:
+                # Wait until the run exists and the first points arrived, then stop it.
+                for _ in range(2400):
+                    if hook.sender is not None and hook.sender.sent > 0:
+                        break
+                    await anyio.sleep(0.05)
+                else:
+                    pytest.fail("the first points never reached the server")
+                server.stop()
+            if sess.state.global_step > 100:
+                await anyio.sleep(0.001)  # a training step's worth of time
+    assert sess.state.global_step == 400, "training went on to its last step"
+    assert hook.sender is not None
+    assert hook.sender.dropped > 0, "what could not be sent is counted"
+    messages = [r.getMessage() for r in caplog.records if r.name == "monitored.mlflow"]
+    assert any("could not log a batch" in m and "dropped" in m for m in messages), messages
+    # The step loop never waited for the server: no step after the stop took long.
+    assert max(step_times[101:]) < 1.0, max(step_times[101:])
+
+
+async def test_a_server_that_is_never_there_costs_training_nothing(
+    nobody_listening: str, caplog: Any
+) -> None:
+    caplog.set_level(logging.WARNING, "monitored.mlflow")
+    hook = MlflowHook(nobody_listening, log_every_n_steps=1, retries=1, backoff_secs=0.05)
+    started = time.perf_counter()
+    async with MonitoredSession(
+        TrainState(), hooks=[hook, StopAtStepHook(last_step=50)], stop_grace_period_secs=2
+    ) as sess:
+        while not sess.should_stop():
+            await sess.run(step)
+    assert sess.state.global_step == 50
+    assert time.perf_counter() - started < 60
+    assert hook.sender is not None
+    assert hook.sender.run_id is None
+    assert hook.sender.dropped >= 50, "every point, counted"
+    messages = [r.getMessage() for r in caplog.records if r.name == "monitored.mlflow"]
+    assert any("could not create the MLflow run" in m for m in messages), messages
