@@ -23,6 +23,7 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 from nbformat.v4 import new_code_cell
 
 NOTEBOOK = Path(__file__).parent.parent / "examples" / "notebook.ipynb"
@@ -178,3 +179,33 @@ def test_the_example_notebook_is_stored_without_outputs() -> None:
     for cell in code_cells(nb):
         assert cell.outputs == []
         assert cell.execution_count is None
+
+
+async def test_a_second_interrupt_stops_the_cell_at_once_and_the_kernel_lives_on(
+    notebook: tuple[NotebookClient, nbformat.NotebookNode], tmp_path: Path
+) -> None:
+    client, nb = notebook
+    setup = code_cells(nb)[0]
+    await client.async_execute_cell(setup, nb.cells.index(setup))
+    run = new_code_cell(
+        "import anyio\n"
+        "\n"
+        "async def train_step(state):  # the kernel's main thread waits in its event loop\n"
+        "    await anyio.sleep(60)\n"
+        "\n"
+        f"state = await main(10, {str(tmp_path / 'run')!r})"
+    )
+    after = new_code_cell("print('alive')")
+    nb.cells += [run, after]
+    task = asyncio.ensure_future(client.async_execute_cell(run, len(nb.cells) - 2))
+    while "starting at step" not in text_of(run):
+        assert not task.done(), run.outputs
+        await asyncio.sleep(0.05)
+    await client.km.interrupt_kernel()  # asks for a save at the end of the step
+    await asyncio.sleep(0.5)
+    await client.km.interrupt_kernel()  # do not wait for the step: stop now
+    with pytest.raises(CellExecutionError) as raised:  # not a hung kernel (TimeoutError)
+        await asyncio.wait_for(task, 20)
+    assert raised.value.ename == "CancelledError", "the kernel's own way to stop a cell"
+    await client.async_execute_cell(after, len(nb.cells) - 1)
+    assert text_of(after) == "alive\n"

@@ -180,6 +180,30 @@ def test_watcher_second_sigint_raises_keyboard_interrupt() -> None:
         watcher.uninstall()
 
 
+def test_watcher_second_sigint_goes_to_the_handler_that_was_there_before() -> None:
+    # Jupyter's kernel cancels the running cell from its own SIGINT handler; a
+    # KeyboardInterrupt raised inside the kernel's event loop would hang it instead.
+    calls: list[int] = []
+
+    def kernel_handler(signum: int, frame: Any) -> None:
+        calls.append(signum)
+
+    before = signal.signal(signal.SIGINT, kernel_handler)
+    watcher = SignalWatcher()
+    try:
+        assert watcher.install()
+        signal.raise_signal(signal.SIGINT)
+        assert watcher.received == signal.SIGINT
+        assert calls == [], "the first Ctrl-C is the watcher's"
+        signal.raise_signal(signal.SIGINT)  # no KeyboardInterrupt
+        assert calls == [signal.SIGINT]
+        assert not watcher.installed
+        assert signal.getsignal(signal.SIGINT) is kernel_handler
+    finally:
+        watcher.uninstall()
+        signal.signal(signal.SIGINT, before)
+
+
 def test_watcher_leaves_a_handler_set_by_someone_else() -> None:
     watcher = SignalWatcher([signal.SIGUSR1])
     before = signal.getsignal(signal.SIGUSR1)

@@ -4,9 +4,13 @@ Clusters preempt a job with SIGTERM (then SIGKILL after a grace period); a
 person stops one with Ctrl-C. While a session runs, the watcher turns the first
 of these signals into a flag that the checkpoint hook reads at the next step
 boundary: the current step finishes, a checkpoint of it is saved, ``end`` runs
-and the session closes normally. A SIGINT after that raises
-``KeyboardInterrupt`` at once (abort); a repeated SIGTERM is ignored, the save
-being under way already.
+and the session closes normally. A SIGINT after that aborts at once: it goes to
+the handler that was in place before the session when that is someone's own
+(Jupyter's kernel cancels the running cell with it), and raises
+``KeyboardInterrupt`` otherwise; a repeated SIGTERM is ignored, the save being
+under way already. Raising ``KeyboardInterrupt`` from a signal handler in a
+kernel would land wherever its main thread is, often inside the kernel's own
+event loop, and leave the kernel hung.
 
 Plain ``signal.signal`` handlers, not ``anyio.open_signal_receiver``: a receiver
 is a task, and tasks do not run while a loop of synchronous steps never yields
@@ -114,7 +118,11 @@ class SignalWatcher:
             )
             return
         if signum == signal.SIGINT:
+            previous = _original.get(signal.SIGINT)
             self.uninstall()
+            if callable(previous) and previous is not signal.default_int_handler:
+                previous(signum, frame)
+                return
             raise KeyboardInterrupt
         # A repeated SIGTERM: the save it asks for is under way already.
 
