@@ -320,6 +320,32 @@ def test_second_sigint_aborts_a_real_process_without_half_written_files(
     assert manifest.step == 0
 
 
+def test_under_anyio_run_a_third_sigint_aborts_a_long_synchronous_step_at_once(
+    tmp_path: Path, ckpt_dir: str
+) -> None:
+    # The second Ctrl-C goes to asyncio's runner, which cancels the main task (taking
+    # effect at the step's end, 60 s away); its next Ctrl-C raises at once.
+    child = _start(tmp_path, ckpt_dir, pause=60.0)
+    try:
+        _wait_for_step(child, 1)
+        child.send_signal(signal.SIGINT)
+        assert child.stderr is not None
+        for line in child.stderr:
+            if "SIGINT received" in line:
+                break
+        child.send_signal(signal.SIGINT)
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(1.0)  # cancelled, but the synchronous step goes on
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=20)
+    finally:
+        child.kill()
+    assert child.returncode != 0
+    assert "KeyboardInterrupt" in err
+    assert not (tmp_path / "ended").exists(), "an abort does not run end"
+    assert not [n for n in os.listdir(ckpt_dir) if ".tmp-" in n]
+
+
 def test_overlapping_sessions_all_get_the_signal_and_the_original_handler_returns() -> None:
     from monitored_checkpoint._preemption import SignalWatcher
 

@@ -4,13 +4,13 @@ Clusters preempt a job with SIGTERM (then SIGKILL after a grace period); a
 person stops one with Ctrl-C. While a session runs, the watcher turns the first
 of these signals into a flag that the checkpoint hook reads at the next step
 boundary: the current step finishes, a checkpoint of it is saved, ``end`` runs
-and the session closes normally. A SIGINT after that aborts at once: it goes to
-the handler that was in place before the session when that is someone's own
-(Jupyter's kernel cancels the running cell with it), and raises
-``KeyboardInterrupt`` otherwise; a repeated SIGTERM is ignored, the save being
-under way already. Raising ``KeyboardInterrupt`` from a signal handler in a
-kernel would land wherever its main thread is, often inside the kernel's own
-event loop, and leave the kernel hung.
+and the session closes normally. A SIGINT after that aborts, as Ctrl-C did
+before the session: it goes to the program's own handler when there is one
+(``asyncio.run``'s cancels the main task; a Jupyter kernel's cancels the running
+cell), and raises ``KeyboardInterrupt`` otherwise. Raised from a handler, the
+``KeyboardInterrupt`` lands wherever the main thread is, which in a kernel is
+often its event loop, and that kills the kernel. A repeated SIGTERM is ignored,
+the save being under way already.
 
 Plain ``signal.signal`` handlers, not ``anyio.open_signal_receiver``: a receiver
 is a task, and tasks do not run while a loop of synchronous steps never yields
