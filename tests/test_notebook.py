@@ -133,7 +133,11 @@ async def test_the_notebook_trains_resumes_and_stops_early_with_a_live_display(
         assert "steps/s" in html
         assert "\x1b[" not in html
         assert "<pre" in html
-        # No plain progress lines, no warning from rich, nothing on stderr.
+        # Nothing else displayed (no blank output from rich), no plain progress lines,
+        # no warning from rich, nothing on stderr.
+        assert [o["output_type"] for o in cell.outputs if o["output_type"] != "stream"] == [
+            "display_data"
+        ]
         assert text_of(cell, "stderr") == ""
         assert "done: step" not in text_of(cell)
 

@@ -349,7 +349,14 @@ class ProgressHook:
         self._on = False
         progress, self._progress = self._progress, None
         if progress is not None:
-            progress.stop()
+            # In a notebook rich ends the display by showing its console buffer, empty by
+            # then: a blank output under the bar (rich issues 3211, 3837). Quiet drops it.
+            console, quiet = progress.console, progress.console.quiet
+            console.quiet = quiet or console.is_jupyter
+            try:
+                progress.stop()
+            finally:
+                console.quiet = quiet
         for handler, stream in reversed(self._streams):
             handler.setStream(stream)
         self._streams.clear()
