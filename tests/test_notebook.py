@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -30,6 +31,8 @@ NOTEBOOK = Path(__file__).parent.parent / "examples" / "notebook.ipynb"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 KERNEL = "monitored-test"
+#: The kernel's Interrupt is a SIGINT where there are POSIX signals (a message elsewhere).
+posix_signals = pytest.mark.skipif(not hasattr(signal, "SIGTERM"), reason="POSIX signals")
 
 
 @pytest.fixture
@@ -40,11 +43,9 @@ def kernel_manager(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncKern
     argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     kernel = {"argv": argv, "display_name": "monitored (test)", "language": "python"}
     (spec / "kernel.json").write_text(json.dumps(kernel))
-    # Jupyter's and IPython's configuration, data and runtime files stay in tmp_path;
-    # JUPYTER_PLATFORM_DIRS opts in to the paths jupyter_core warns it will move to.
+    # Jupyter's and IPython's configuration, data and runtime files stay in tmp_path.
     for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR"):
         monkeypatch.setenv(name, str(tmp_path / "jupyter" / name.lower()))
-    monkeypatch.setenv("JUPYTER_PLATFORM_DIRS", "1")
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebook's checkpoint directory
     # Installed plugins load in the kernel as they do for a user.
@@ -171,6 +172,7 @@ async def interrupted(
     return cell
 
 
+@posix_signals
 async def test_interrupting_the_kernel_saves_a_checkpoint_and_the_next_run_resumes(
     notebook: tuple[NotebookClient, nbformat.NotebookNode], tmp_path: Path
 ) -> None:
@@ -187,6 +189,7 @@ async def test_interrupting_the_kernel_saves_a_checkpoint_and_the_next_run_resum
     assert text_of(again).startswith(f"starting at step {stopped}\n")
 
 
+@posix_signals
 async def test_a_second_interrupt_stops_the_cell_at_once_and_the_kernel_lives_on(
     notebook: tuple[NotebookClient, nbformat.NotebookNode], tmp_path: Path
 ) -> None:
