@@ -1363,7 +1363,10 @@ async def test_a_sync_hook_calling_session_run_is_refused_at_once(state: TrainSt
 
 # --- TF1 habits: a run that is never awaited, `with` instead of `async with` ------------------
 async def test_run_without_await_in_a_should_stop_loop_is_an_error(state: TrainState) -> None:
-    with pytest.raises(RuntimeError, match=r"called without await.*`await sess.run\(step_fn"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"called without await.*`await sess.run\(step_fn.*Jupyter, `await main\(\)`",
+    ):
         async with monitored.MonitoredSession(
             state, hooks=[monitored.StopAtStepHook(last_step=5)]
         ) as sess:
@@ -1402,7 +1405,10 @@ async def test_an_awaited_run_created_before_should_stop_is_fine(state: TrainSta
 async def test_with_instead_of_async_with_says_what_to_write(state: TrainState) -> None:
     sess = monitored.MonitoredTrainingSession(state)
     with (
-        pytest.raises(TypeError, match=r"async context manager: write `async with .*anyio.run"),
+        pytest.raises(
+            TypeError,
+            match=r"async context manager: write `async with .*anyio.run.*Jupyter: `await main\(\)`",
+        ),
         sess,
     ):
         pass

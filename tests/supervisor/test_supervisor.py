@@ -769,6 +769,8 @@ async def test_a_chief_made_by_a_cluster_plugin_runs_the_services(
 
 def test_a_plain_with_says_to_write_async_with() -> None:
     sv = Supervisor(logdir=None)
-    plain_with = pytest.raises(TypeError, match=r"write `async with sv.managed_session\(\)")
+    plain_with = pytest.raises(
+        TypeError, match=r"write `async with sv.managed_session\(\).*Jupyter: `await main\(\)`"
+    )
     with plain_with, sv.managed_session():
         pytest.fail("a plain with must not enter")

@@ -311,7 +311,8 @@ class MonitoredSession:
         raise TypeError(
             f"{type(self).__name__} is an async context manager: write "
             "`async with MonitoredTrainingSession(...) as sess:` inside an `async def "
-            "main()`, run with anyio.run(main), and `await sess.run(step_fn, ...)`"
+            "main()`, run with anyio.run(main) (in Jupyter: `await main()` in a cell), and "
+            "`await sess.run(step_fn, ...)`"
         )
 
     def __exit__(self, *exc_info: object) -> None:  # pragma: no cover - __enter__ raises
@@ -745,7 +746,7 @@ class MonitoredSession:
         raise RuntimeError(
             "MonitoredSession.run() was called without await, so the step never ran: "
             "write `await sess.run(step_fn, ...)` inside an async function (the loop runs "
-            "under anyio.run(main) or asyncio.run(main))"
+            "under anyio.run(main) or asyncio.run(main); in Jupyter, `await main()` in a cell)"
         )
 
     def _check_can_run(self) -> None:

@@ -84,7 +84,8 @@ class ManagedSession:
         raise TypeError(
             "Supervisor.managed_session() is an async context manager: write "
             "`async with sv.managed_session() as sess:` inside an `async def main()`, run "
-            "with anyio.run(main), and `await sess.run(step_fn, ...)`"
+            "with anyio.run(main) (in Jupyter: `await main()` in a cell), and "
+            "`await sess.run(step_fn, ...)`"
         )
 
     def __exit__(self, *exc_info: object) -> None:  # pragma: no cover - __enter__ raises

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
 import signal
 import subprocess
@@ -251,6 +253,78 @@ def test_a_second_sigint_held_inside_the_machinery_is_raised_there_after_a_bound
     assert 0.2 <= time.monotonic() - started < 5
 
 
+def test_watcher_second_sigint_goes_to_the_handler_that_was_there_before() -> None:
+    # Jupyter's kernel cancels the running cell from its own SIGINT handler; a
+    # KeyboardInterrupt raised inside the kernel's event loop would hang it instead.
+    calls: list[int] = []
+
+    def kernel_handler(signum: int, frame: Any) -> None:
+        calls.append(signum)
+
+    before = signal.signal(signal.SIGINT, kernel_handler)
+    watcher = SignalWatcher()
+    try:
+        assert watcher.install()
+        signal.raise_signal(signal.SIGINT)
+        assert watcher.received == signal.SIGINT
+        assert calls == [], "the first Ctrl-C is the watcher's"
+        signal.raise_signal(signal.SIGINT)  # no KeyboardInterrupt
+        assert calls == [signal.SIGINT]
+        assert not watcher.installed
+        assert signal.getsignal(signal.SIGINT) is kernel_handler
+    finally:
+        watcher.uninstall()
+        signal.signal(signal.SIGINT, before)
+
+
+class _MainTask:
+    """Stands for ``asyncio.run``'s main task: records whether the runner cancelled it."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def done(self) -> bool:
+        return False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def test_watcher_second_sigint_raises_over_an_asyncio_runners_handler() -> None:
+    # asyncio.run's handler only cancels the main task: a synchronous step would run on.
+    task = _MainTask()
+    with asyncio.Runner() as runner:
+        runners_handler = functools.partial(runner._on_sigint, main_task=task)
+        before = signal.signal(signal.SIGINT, runners_handler)
+        watcher = SignalWatcher()
+        try:
+            assert watcher.install()
+            signal.raise_signal(signal.SIGINT)
+            with pytest.raises(KeyboardInterrupt):
+                signal.raise_signal(signal.SIGINT)
+            assert not task.cancelled, "the runner's handler was not called"
+            assert signal.getsignal(signal.SIGINT) is runners_handler, "and is back"
+        finally:
+            watcher.uninstall()
+            signal.signal(signal.SIGINT, before)
+
+
+def test_programs_own_handler_is_neither_the_default_nor_a_runners() -> None:
+    def own(signum: int, frame: Any) -> None:
+        pass
+
+    with asyncio.Runner() as runner:
+        runners = functools.partial(runner._on_sigint, main_task=_MainTask())
+        assert preemption._programs_own(runners) is None
+    assert preemption._programs_own(signal.default_int_handler) is None
+    assert preemption._programs_own(signal.SIG_IGN) is None
+    assert preemption._programs_own(signal.SIG_DFL) is None
+    assert preemption._programs_own(None) is None
+    assert preemption._programs_own(own) is own
+    wrapped = functools.partial(own, 2)
+    assert preemption._programs_own(wrapped) is wrapped
+
+
 def test_watcher_leaves_a_handler_set_by_someone_else() -> None:
     watcher = SignalWatcher([signal.SIGUSR1])
     before = signal.getsignal(signal.SIGUSR1)
@@ -301,9 +375,12 @@ CHILD = textwrap.dedent(
 )
 
 
-def _start(tmp_path: Path, ckpt_dir: str, pause: float) -> subprocess.Popen[str]:
-    script = tmp_path / "child.py"
-    script.write_text(CHILD)
+def _start(
+    tmp_path: Path, ckpt_dir: str, pause: float, script: Path | None = None
+) -> subprocess.Popen[str]:
+    if script is None:
+        script = tmp_path / "child.py"
+        script.write_text(CHILD)
     return subprocess.Popen(
         [sys.executable, "-u", str(script), ckpt_dir, str(tmp_path / "ended"), str(pause)],
         stdout=subprocess.PIPE,
@@ -365,6 +442,35 @@ def test_second_sigint_aborts_a_real_process_without_half_written_files(
         manifest = restore_latest(restored, ckpt_dir)
     assert manifest is not None
     assert manifest.step == 0
+
+
+@pytest.mark.parametrize("runner", ["anyio.run(main)", "asyncio.run(main())"])
+def test_under_anyio_or_asyncio_run_a_second_sigint_aborts_a_long_synchronous_step_at_once(
+    tmp_path: Path, ckpt_dir: str, runner: str
+) -> None:
+    # The runner's own SIGINT handler would only cancel the main task, which takes
+    # effect at the step's end, 60 s away: the abort is raised in the step instead.
+    script = tmp_path / "child.py"
+    script.write_text(CHILD.replace("anyio.run(main)", f"import asyncio\n{runner}"))
+    child = _start(tmp_path, ckpt_dir, pause=60.0, script=script)
+    try:
+        _wait_for_step(child, 1)
+        child.send_signal(signal.SIGINT)
+        assert child.stderr is not None
+        for line in child.stderr:
+            if "SIGINT received" in line:
+                break
+        started = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=20)
+        took = time.monotonic() - started
+    finally:
+        child.kill()
+    assert child.returncode != 0
+    assert "KeyboardInterrupt" in err
+    assert took < 10, f"the second Ctrl-C took {took:.1f}s, not at once"
+    assert not (tmp_path / "ended").exists(), "an abort does not run end"
+    assert not [n for n in os.listdir(ckpt_dir) if ".tmp-" in n]
 
 
 def test_overlapping_sessions_all_get_the_signal_and_the_original_handler_returns() -> None:

@@ -113,8 +113,9 @@ async def test_a_notebook_gets_a_live_bar_redrawn_in_one_widget(notebook: Notebo
     assert "loss=0.05" in final
     assert "<span style=" in final, "styled HTML, not terminal control sequences"
     assert "\x1b[" not in final
-    # Never a copy of the bar below it (rich only closes its buffer with an empty <pre>).
-    assert not any("step" in text for text in notebook.loose)
+    # Nothing below it: no copy of the bar, not even the empty <pre> rich shows at its stop.
+    assert notebook.loose == []
+    assert not hook._console.quiet, "the console speaks again after the display"
 
 
 async def test_log_records_show_in_the_notebook_not_through_the_bar(notebook: Notebook) -> None:

@@ -4,9 +4,15 @@ Clusters preempt a job with SIGTERM (then SIGKILL after a grace period); a
 person stops one with Ctrl-C. While a session runs, the watcher turns the first
 of these signals into a flag that the checkpoint hook reads at the next step
 boundary: the current step finishes, a checkpoint of it is saved, ``end`` runs
-and the session closes normally. A SIGINT after that raises
-``KeyboardInterrupt`` at once (abort); a repeated SIGTERM is ignored, the save
-being under way already.
+and the session closes normally. A SIGINT after that aborts. When the program
+(or a Jupyter kernel) had installed a SIGINT handler of its own before the
+session, the abort is that handler's, as Ctrl-C was before the session: a
+kernel's cancels the running cell, where a ``KeyboardInterrupt`` raised while
+the kernel's event loop waits would kill the kernel. Otherwise (Python's
+default handler, or the one of ``asyncio.run``/``anyio.run``, which would only
+cancel the main task and let a synchronous step run on) it raises
+``KeyboardInterrupt`` at once. A repeated SIGTERM is ignored, the save being
+under way already.
 
 "At once", but never inside the machinery: a ``KeyboardInterrupt`` raised in
 the middle of the event loop's, anyio's or this library's own code can leave
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -64,6 +71,9 @@ _KICK_SIGNAL: Final = getattr(signal, "SIGURG", None)
 #: Top-level packages whose code a ``KeyboardInterrupt`` must not land in: the
 #: event loop, anyio, and this library (the core and its plugins).
 _MACHINERY: Final = frozenset({"asyncio", "anyio", "sniffio", "trio", "outcome", "monitored"})
+#: Modules of the ``Runner`` classes whose SIGINT handler only cancels the main task:
+#: asyncio's, and anyio's copy of it for Pythons before 3.11.
+_RUNNERS: Final = frozenset({"asyncio.runners", "anyio._backends._asyncio"})
 
 
 #: The watchers of every open session, and the handlers that were in place
@@ -141,7 +151,12 @@ class SignalWatcher:
             )
             return
         if signum == signal.SIGINT:
+            previous = _original.get(signal.SIGINT)
             self.uninstall()
+            handler = _programs_own(previous)
+            if handler is not None:
+                handler(signum, frame)
+                return
             _say("monitored-checkpoint: SIGINT again: aborting")
             _abort(frame)
         # A repeated SIGTERM: the save it asks for is under way already.
@@ -151,6 +166,26 @@ def _say(line: str) -> None:
     """Write to stderr without the locks of ``print`` or ``logging`` (signal-safe)."""
     with contextlib.suppress(OSError):
         os.write(2, (line + "\n").encode())
+
+
+def _programs_own(handler: Handler) -> Callable[[int, FrameType | None], Any] | None:
+    """``handler`` if the program (or a Jupyter kernel) installed it, else ``None``.
+
+    Python's ``default_int_handler`` is no handler of the program's own, nor is
+    the one ``asyncio.run`` and ``anyio.run`` install (a ``Runner``'s, which
+    cancels the main task: a step that never awaits would then run on). A
+    kernel's is: during a cell ipykernel's cancels the cell, and a
+    ``KeyboardInterrupt`` raised while its event loop waits would kill the kernel.
+    """
+    if not callable(handler) or handler is signal.default_int_handler:
+        return None
+    func: Any = handler
+    while isinstance(func, functools.partial):
+        func = func.func
+    owner = getattr(func, "__self__", None)
+    if getattr(func, "__name__", None) == "_on_sigint" and type(owner).__module__ in _RUNNERS:
+        return None
+    return handler
 
 
 def _abort(frame: FrameType | None) -> None:

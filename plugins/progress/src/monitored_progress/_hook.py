@@ -411,7 +411,14 @@ class _Display:
             self.progress.remove_task(task)
             self.progress.refresh()
             return
-        self.progress.stop()
+        # In a notebook rich ends the display by showing its console buffer, empty by
+        # then: a blank output under the bar (rich issues 3211, 3837). Quiet drops it.
+        console, quiet = self.progress.console, self.progress.console.quiet
+        console.quiet = quiet or console.is_jupyter
+        try:
+            self.progress.stop()
+        finally:
+            console.quiet = quiet
         for handler, stream in reversed(self.streams):
             handler.setStream(stream)
         self.streams.clear()
