@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from typing import Any
+
+import pytest
 
 import monitored
 
@@ -101,3 +106,15 @@ def show_installed(monkeypatch: Any, *names: str) -> None:
         ep for ep in importlib.metadata.entry_points(group="monitored") if ep.name in names
     )
     monkeypatch.setattr(_plugins, "installed_entry_points", lambda: (*fakes(), *real))
+
+
+def uv_command() -> list[str]:
+    """How to call uv in a test that builds a fresh virtual environment (skip without it)."""
+    uv = os.environ.get("UV") or shutil.which("uv")
+    if uv:
+        return [uv]
+    try:
+        import uv as uv_module  # noqa: F401
+    except ImportError:
+        pytest.skip("needs uv (the README's test command installs it)")
+    return [sys.executable, "-m", "uv"]

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_third_party_plugin import _uv
+from _helpers import uv_command
 
 ROOT = Path(__file__).parent.parent
 DOCS = ROOT / "docs" / "plugins.md"
@@ -41,7 +41,7 @@ def test_the_docs_five_minute_plugin_runs_with_the_demo_and_its_evaluations(
     site = tmp_path / "site"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "UV_PROJECT"))}
     subprocess.run(
-        [*_uv(), "pip", "install", "-q", "--no-deps", "--target", str(site), str(package)],
+        [*uv_command(), "pip", "install", "-q", "--no-deps", "--target", str(site), str(package)],
         check=True,
         env=env,
     )

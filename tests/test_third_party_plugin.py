@@ -5,12 +5,12 @@ documented order."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _helpers import uv_command
 
 ROOT = Path(__file__).parent.parent
 PLUGIN = Path(__file__).parent / "third_party_plugin"
@@ -40,20 +40,9 @@ print("\\n".join(monitored_hello.EVENTS))
 """
 
 
-def _uv() -> list[str]:
-    uv = os.environ.get("UV") or shutil.which("uv")
-    if uv:
-        return [uv]
-    try:
-        import uv as uv_module  # noqa: F401
-    except ImportError:
-        pytest.skip("needs uv (the README's test command installs it)")
-    return [sys.executable, "-m", "uv"]
-
-
 @pytest.mark.slow
 def test_pip_installed_plugin_is_discovered_and_called_in_order(tmp_path: Path) -> None:
-    uv = _uv()
+    uv = uv_command()
     venv = tmp_path / "venv"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "UV_PROJECT"))}
     env.pop("MONITORED_DISABLE_PLUGIN_AUTOLOAD", None)

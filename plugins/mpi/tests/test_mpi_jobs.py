@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -220,11 +221,12 @@ def test_the_horovod_example_with_rank_0_checkpoints_resumes_bit_for_bit(
         )
         _ok(proc)
         assert "BroadcastGlobalVariablesHook" not in proc.stderr
-        return dict(
-            line.split(" weights ")
-            for line in proc.stdout.splitlines()
-            if line.startswith("rank ") and " weights " in line
-        )
+        # mpiexec forwards the ranks' output in chunks: another rank's line may be
+        # glued to this one, so each digest is found by its pattern, not by line.
+        return {
+            f"rank {rank}": digest
+            for rank, digest in re.findall(r"rank (\d+) weights ([0-9a-f]{16})", proc.stdout)
+        }
 
     straight = weights(120, tmp_path / "a")
     weights(60, tmp_path / "b")

@@ -4,12 +4,12 @@ and prunes a trial there: nothing it needs comes from the workspace's other plug
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _helpers import uv_command
 
 ROOT = Path(__file__).parents[3]
 PLUGIN = Path(__file__).parents[1]
@@ -42,20 +42,9 @@ anyio.run(main)
 """
 
 
-def _uv() -> list[str]:
-    uv = os.environ.get("UV") or shutil.which("uv")
-    if uv:
-        return [uv]
-    try:
-        import uv as uv_module  # noqa: F401
-    except ImportError:
-        pytest.skip("needs uv (the README's test command installs it)")
-    return [sys.executable, "-m", "uv"]
-
-
 @pytest.mark.slow
 def test_monitored_optuna_installs_alone_beside_the_core_and_prunes(tmp_path: Path) -> None:
-    uv = _uv()
+    uv = uv_command()
     venv = tmp_path / "venv"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "UV_PROJECT"))}
     env.pop("MONITORED_DISABLE_PLUGIN_AUTOLOAD", None)
