@@ -9,7 +9,7 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 from types import FunctionType as _FunctionType
 
-from ._core._backend import is_device_array, to_host
+from ._core._backend import is_device_array, to_host, to_scalar
 from ._core._basic_hooks import (
     FeedFnHook,
     FinalOpsHook,
@@ -237,6 +237,7 @@ __all__ = [
     "shuffle_batch",
     "start_queue_runners",
     "to_host",
+    "to_scalar",
     "train_and_evaluate",
     "trainable_variables",
     "warm_start",

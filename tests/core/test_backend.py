@@ -220,3 +220,20 @@ async def test_a_failing_session_waits_for_its_late_copy_before_dropping_it(
             1 / 0  # noqa: B018
     assert standin_cupy.pending() == 0
     standin_cupy.check()
+
+
+def test_to_scalar_takes_one_element_arrays_and_numbers_and_names_what_is_not() -> None:
+    assert monitored.to_scalar(np.array([[2.5]], np.float32), "loss", 3) == 2.5
+    assert monitored.to_scalar(np.float64(1.0), "loss", 3) == 1.0
+    assert monitored.to_scalar(7, "loss", 3) == 7.0
+
+    class PluginError(Exception):
+        pass
+
+    with pytest.raises(
+        PluginError,
+        match=r"^Hook: monitor 'm' must be a scalar, but at step 4 it has shape \(2,\)$",
+    ):
+        monitored.to_scalar(np.zeros(2), "Hook: monitor 'm'", 4, PluginError)
+    with pytest.raises(ValueError, match=r"must be a number, but at step 5 it is str"):
+        monitored.to_scalar("x", "Hook: monitor 'm'", 5)

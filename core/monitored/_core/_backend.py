@@ -23,6 +23,7 @@ __all__ = [
     "is_device_array",
     "start_device_copy",
     "to_host",
+    "to_scalar",
 ]
 
 
@@ -65,6 +66,28 @@ def to_host(values: Sequence[Any]) -> list[np.ndarray]:
     if on_device:
         _device_to_host(values, on_device, out)
     return out
+
+
+def to_scalar(value: Any, what: str, step: int, error: type[Exception] = ValueError) -> float:
+    """``value`` (a host array of one element, or a number) as a Python float.
+
+    For hooks that judge one value a step fetched (a loss, a monitored metric):
+    anything else raises ``error`` with a message naming ``what`` (e.g.
+    ``"EarlyStoppingHook: monitor 'loss'"``) and the step, so each plugin reports
+    it as its own error.
+    """
+    if getattr(value, "ndim", 0):
+        if value.size != 1:
+            raise error(
+                f"{what} must be a scalar, but at step {step} it has shape {tuple(value.shape)}"
+            )
+        value = value.reshape(())
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise error(
+            f"{what} must be a number, but at step {step} it is {type(value).__name__}"
+        ) from None
 
 
 def copy_to_host(values: Sequence[Any], indices: Sequence[int], out: list[Any]) -> None:

@@ -250,20 +250,9 @@ class EarlyStoppingHook:
 
     # -- internals --------------------------------------------------------------------------------
     def _scalar(self, value: Any, step: int) -> float:
-        if getattr(value, "ndim", 0):
-            if value.size != 1:
-                raise MonitoredValueError(
-                    f"EarlyStoppingHook: monitor {self.monitor!r} must be a scalar, but at "
-                    f"step {step} it has shape {tuple(value.shape)}"
-                )
-            value = value.reshape(())
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise MonitoredValueError(
-                f"EarlyStoppingHook: monitor {self.monitor!r} must be a number, but at step "
-                f"{step} it is {type(value).__name__}"
-            ) from None
+        return monitored.to_scalar(
+            value, f"EarlyStoppingHook: monitor {self.monitor!r}", step, MonitoredValueError
+        )
 
     def _decide(
         self,

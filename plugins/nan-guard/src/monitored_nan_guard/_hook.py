@@ -384,20 +384,9 @@ class NanTensorHook:
         return None
 
     def _scalar(self, value: Any, step: int) -> float:
-        if getattr(value, "ndim", 0):
-            if value.size != 1:
-                raise NanGuardConfigError(
-                    f"NanTensorHook: loss_tensor {self.loss_tensor!r} must be a scalar, but at "
-                    f"step {step} it has shape {tuple(value.shape)}"
-                )
-            value = value.reshape(())
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise NanGuardConfigError(
-                f"NanTensorHook: loss_tensor {self.loss_tensor!r} must be a number, but at "
-                f"step {step} it is {type(value).__name__}"
-            ) from None
+        return monitored.to_scalar(
+            value, f"NanTensorHook: loss_tensor {self.loss_tensor!r}", step, NanGuardConfigError
+        )
 
     def _note_loss(self, loss: float, step: int) -> Failure | None:
         """Judge ``loss`` against the running window, then add it (spikes are not added)."""

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard, final
 import anyio.to_thread
 import optuna
 
-from monitored import SessionRunArgs, optional
+from monitored import SessionRunArgs, optional, to_scalar
 
 from ._errors import MonitoredValueError, OptunaConfigError
 from ._trial import check_trial, current_trial
@@ -250,20 +250,9 @@ class OptunaPruningHook:
         return True
 
     def _scalar(self, value: Any, step: int) -> float:
-        if getattr(value, "ndim", 0):
-            if value.size != 1:
-                raise MonitoredValueError(
-                    f"OptunaPruningHook: monitor {self.monitor!r} must be a scalar, but at "
-                    f"step {step} it has shape {tuple(value.shape)}"
-                )
-            value = value.reshape(())
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise MonitoredValueError(
-                f"OptunaPruningHook: monitor {self.monitor!r} must be a number, but at step "
-                f"{step} it is {type(value).__name__}"
-            ) from None
+        return to_scalar(
+            value, f"OptunaPruningHook: monitor {self.monitor!r}", step, MonitoredValueError
+        )
 
 
 def _is_step(value: object) -> TypeGuard[int]:
