@@ -581,6 +581,12 @@ class Fetcher:
         self.pending = pending
         return answers
 
+    def pending_for(self) -> set[int]:
+        """The plugin indices of the hooks whose lagged values are still to be delivered."""
+        if self.pending is None:
+            return set()
+        return {plan.index for plan in self.pending[0].plans if plan.lag}
+
     def flush(self) -> dict[int, SessionRunValues]:
         """The answers still pending (from the previous step), now; ``{}`` if none."""
         pending, self.pending = self.pending, None

@@ -80,6 +80,8 @@ STALLED_STEPS_WARNING: Final = 10
 RECOVERABLE: Final = (AbortedError, UnavailableError)
 
 _NO_RESULTS: Final = SessionRunValues(None)
+#: A global step no run reaches: nothing is skipped.
+_NEVER: Final = 2**63
 
 #: Features of ``MonitoredTrainingSession``: (the capability, does the config ask for
 #: it, the argument). Who provides each, and what to install, is in ``CAPABILITIES``.
@@ -197,6 +199,12 @@ class MonitoredSession:
         self._plan: CallPlan | None = None
         self._before_run: tuple[HookCall, ...] = ()
         self._after_run: tuple[HookCall, ...] = ()
+        #: Every ``before_run``/``after_run`` call, skipped or not (``skip_step_hooks``).
+        self._step_calls: tuple[tuple[HookCall, ...], tuple[HookCall, ...]] = ((), ())
+        #: Skipped hooks by plugin index: the global step a step starts at to call them again.
+        self._skipping: dict[int, int] = {}
+        #: The smallest of those (``_NEVER`` when none): one comparison per step.
+        self._wake_at = _NEVER
         self._task_group: anyio.abc.TaskGroup | None = None
         self._entered = False
         self._open = False
@@ -507,8 +515,7 @@ class MonitoredSession:
                     manager.add(PluginInfo(_hook_name(hook, name), hook), position)
                     position += 1
         self._plan = CallPlan(manager)
-        self._before_run = self._plan["before_run"]
-        self._after_run = self._plan["after_run"]
+        self._set_step_calls(self._plan["before_run"], self._plan["after_run"])
         _log_plugins(self._plan.infos, self._plugins_log_level, self._idle_suppliers)
         for step_aside in stepped_aside:
             log.log(self._plugins_log_level, "%s", step_aside.message())
@@ -585,6 +592,8 @@ class MonitoredSession:
             if not self.is_chief:
                 await self._session_manager.wait_for_session(self, self._max_wait_secs)
             self._state.finalize()
+            # The global step may have gone back (a restore): no hook stays skipped.
+            self._set_step_calls(*self._step_calls)
             await self.call_hook("after_create_session", self, self._coord)
             await self._run_deferred()
             if not isinstance(self._cluster, LocalCluster):
@@ -856,6 +865,8 @@ class MonitoredSession:
         self._busy = True
         try:
             state = self._state
+            if state.global_step >= self._wake_at:
+                self._reschedule()
             context = SessionRunContext(None, self, kwargs)
             requests: list[tuple[HookCall, SessionRunArgs]] = []
             feeds: dict[str, Any] | None = None
@@ -1064,7 +1075,7 @@ class MonitoredSession:
         busy, self._busy = self._busy, True
         try:
             results = self._fetcher.flush()
-            for call in self._after_run:
+            for call in self._step_calls[1]:  # skipped ones too: they asked for the values
                 values = results.get(call.plugin_index)
                 if values is not None:
                     await invoke(call, (context, values), self._state.global_step)
@@ -1247,8 +1258,80 @@ class MonitoredSession:
                 f"{', '.join(info.name for info in plan.infos) or 'none'})",
                 plugin=plugin,
             )
-        self._before_run = _delegate(self._before_run, plugin, hook, 1)
-        self._after_run = _delegate(self._after_run, plugin, hook, 2)
+        before, after = self._step_calls
+        self._set_step_calls(_delegate(before, plugin, hook, 1), _delegate(after, plugin, hook, 2))
+
+    def skip_step_hooks(self, hook: object, until_step: int | None) -> None:
+        """Call ``hook``'s ``before_run`` and ``after_run`` again only from step ``until_step``.
+
+        For a hook that acts every ``N`` steps: on the steps in between the session
+        calls nothing of it, so they cost it nothing (a hook's call costs the loop
+        about 0.5 us, even one that returns at once). ``until_step`` is a global
+        step: the next ``before_run`` is that of the step that starts at global
+        step ``until_step - 1`` (the step that makes it ``until_step``), or of the
+        first step that starts past it. Call it from the hook's ``after_run`` with
+        the next step it is due at (``(step // N + 1) * N``); a step schedule only,
+        as a time schedule needs a call to read the clock. ``None`` skips them
+        for as long as the session is not created again (a hook with nothing to
+        do in this session).
+
+        ``hook`` is a hook object of this session (passed in ``hooks=``, or one
+        an installed plugin handed its step hooks to with
+        :meth:`delegate_step_hooks`) or an installed plugin's name. Its other
+        hooks (``end``, ``after_evaluate``...) are called as before, and values it
+        asked for with ``lag=1`` are still delivered to its ``after_run``. The skip
+        ends when the session is created again or restored (the global step may
+        go back), and a later call replaces an earlier one.
+        """
+        if until_step is not None and (
+            isinstance(until_step, bool) or not isinstance(until_step, int)
+        ):
+            raise TypeError(
+                f"skip_step_hooks: until_step must be a global step (int) or None, "
+                f"got {until_step!r}"
+            )
+        index = self._plugin_index_of(hook, "skip_step_hooks")
+        self._skipping[index] = _NEVER if until_step is None else until_step - 1
+        self._wake_at = -1  # the next step's start applies it
+
+    def _plugin_index_of(self, hook: object, what: str) -> int:
+        """The plugin index of ``hook`` (an object or an installed plugin's name)."""
+        plan = self._require_plan()
+        for index, info in enumerate(plan.infos):
+            if info.plugin is hook or (isinstance(hook, str) and info.name == hook):
+                return index
+        for call in (*self._step_calls[0], *self._step_calls[1]):
+            if getattr(call.call, "__self__", None) is hook:
+                return call.plugin_index
+        raise PluginError(
+            f"{what}: {hook!r} is not a hook of this session (its hooks and plugins: "
+            f"{', '.join(info.name for info in plan.infos) or 'none'})"
+        )
+
+    def _set_step_calls(
+        self, before: tuple[HookCall, ...], after: tuple[HookCall, ...]
+    ) -> None:
+        """Call every one of ``before``/``after`` from the next step on; none is skipped."""
+        self._step_calls = (before, after)
+        self._before_run, self._after_run = before, after
+        self._skipping.clear()
+        self._wake_at = _NEVER
+
+    def _reschedule(self) -> None:
+        """Leave the skipped hooks out of this step's calls; call those due again."""
+        step = self._state.global_step
+        skipping = self._skipping
+        for index, wake in list(skipping.items()):
+            if wake <= step:
+                del skipping[index]
+        # A hook's lagged values are delivered at this step's after_run, skipped or not.
+        late = self._fetcher.pending_for() & skipping.keys()
+        before, after = self._step_calls
+        self._before_run = tuple(c for c in before if c.plugin_index not in skipping)
+        self._after_run = tuple(
+            c for c in after if c.plugin_index not in skipping or c.plugin_index in late
+        )
+        self._wake_at = step + 1 if late else min(skipping.values(), default=_NEVER)
 
     def implements(self, hook: str) -> bool:
         """Whether any registered hook or plugin implements ``hook``."""

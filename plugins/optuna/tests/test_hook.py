@@ -53,16 +53,20 @@ class Ends:
 async def test_every_n_steps_reports_the_multiples_and_fetches_nothing_between() -> None:
     trial = new_trial(upper=10.0)
     hook = OptunaPruningHook(trial, "loss", every_n_steps=3)
-    asked: list[bool] = []
+    called_at: list[int] = []
+    before_run = hook.before_run
 
-    class Spy:
-        def after_run(self, run_context: Any, run_values: Any) -> None:
-            asked.append(hook._due)
+    def spied_before_run(run_context: Any) -> Any:
+        called_at.append(run_context.session.state.global_step)
+        return before_run(run_context)
 
-    result = await run_session([hook, Spy()], losses_step, state=new_state(), max_steps=10)
+    hook.before_run = spied_before_run  # type: ignore[method-assign]
+
+    result = await run_session([hook], losses_step, state=new_state(), max_steps=10)
     assert result.state.global_step == 10
     assert reported(trial) == {3: 0.3, 6: 0.6, 9: 0.9}
-    assert asked == [s % 3 == 0 for s in range(1, 11)]
+    # The session calls the hook only for the steps making 3, 6 and 9 (skip_step_hooks).
+    assert called_at == [2, 5, 8]
     assert hook.last_reported_step == 9
     assert hook.pruned_step is None
 

@@ -10,8 +10,8 @@ the last step's checkpoint and summaries are written and ``end`` runs, as
 after any other stop, and then the objective sees the same exception Optuna's
 own integrations raise.
 
-On steps where nothing is due the hook fetches nothing and creates no
-coroutine. Reports go to a storage outside the process (SQLite, a journal file, a
+On steps where nothing is due the session does not call the hook at all
+(``MonitoredSession.skip_step_hooks``). Reports go to a storage outside the process (SQLite, a journal file, a
 database server) in a worker thread, so that they do not hold up the other
 trials running in the same event loop; an in-memory study is reported to
 directly.
@@ -159,6 +159,9 @@ class OptunaPruningHook:
         n = self.every_n_steps
         self._next_check = (session.state.global_step // n + 1) * n if n else -1
         self._state = session.state
+        if n:
+            # Nothing to do on the steps in between: the session does not call this hook.
+            session.skip_step_hooks(self, self._next_check)
 
     def after_evaluate(
         self, session: MonitoredSession, step: int, metrics: Mapping[str, Any]
@@ -294,10 +297,12 @@ class _StepPruningHook(OptunaPruningHook):
     def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> Any:
         if not self._due:
             return None
+        self._due = False
         session = run_context.session
         step = session.state.global_step
         n = self.every_n_steps
         self._next_check = (step // n + 1) * n
+        session.skip_step_hooks(self, self._next_check)
         raw = (run_values.results or {}).get(self.monitor)
         if raw is None:
             raise MonitoredValueError(
