@@ -11,10 +11,10 @@ after any other stop, and then the objective sees the same exception Optuna's
 own integrations raise.
 
 On steps where nothing is due the session does not call the hook at all
-(``MonitoredSession.skip_step_hooks``). Reports go to a storage outside the process (SQLite, a journal file, a
-database server) in a worker thread, so that they do not hold up the other
-trials running in the same event loop; an in-memory study is reported to
-directly.
+(``MonitoredSession.skip_step_hooks``). Reports go to a storage outside the
+process (SQLite, a journal file, a database server) in a worker thread, so
+that they do not hold up the other trials running in the same event loop; an
+in-memory study is reported to directly.
 """
 
 from __future__ import annotations
