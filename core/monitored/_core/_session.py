@@ -1308,9 +1308,7 @@ class MonitoredSession:
             f"{', '.join(info.name for info in plan.infos) or 'none'})"
         )
 
-    def _set_step_calls(
-        self, before: tuple[HookCall, ...], after: tuple[HookCall, ...]
-    ) -> None:
+    def _set_step_calls(self, before: tuple[HookCall, ...], after: tuple[HookCall, ...]) -> None:
         """Call every one of ``before``/``after`` from the next step on; none is skipped."""
         self._step_calls = (before, after)
         self._before_run, self._after_run = before, after
