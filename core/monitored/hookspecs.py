@@ -55,6 +55,7 @@ __all__ = [
     "list_checkpoints",
     "load_plugin_state",
     "plugin_state",
+    "plugin_status",
     "read_checkpoint",
     "register_commands",
     "restore_checkpoint",
@@ -150,6 +151,19 @@ def declare_options() -> Sequence[Option] | None:
     The plugin reads the resolved values with
     :meth:`~monitored.MonitoredSession.options_for` (or, in ``training_hooks``,
     ``config.plugin_options``). ``monitored plugins`` lists them.
+    """
+
+
+@hookspec
+def plugin_status(session: MonitoredSession) -> str | None:
+    """What this plugin does in ``session``, for the "Loaded plugins" line.
+
+    A few words shown after the plugin's version, e.g. ``"off: set
+    MLFLOW_TRACKING_URI"`` or ``"logging to http://127.0.0.1:5000"``, so that a user
+    reading the log tells an installed plugin that acts from one that is idle
+    in this session, and how to switch it on. ``None`` says nothing. Called once
+    the session's hooks are known (plugin options and ``training_hooks`` are
+    resolved), before ``begin``.
     """
 
 

@@ -14,7 +14,7 @@ import pytest
 from _helpers import Recorder, counting_step
 
 import monitored
-from monitored import SessionRunArgs, TrainState
+from monitored import PluginError, SessionRunArgs, TrainState
 
 
 async def run_steps(sess: monitored.MonitoredSession, n: int, step: Any = counting_step) -> None:
@@ -1303,6 +1303,36 @@ async def test_session_start_logs_the_loaded_plugins(
         pass
     [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Loaded plugins")]
     assert "checkpoint" not in line
+
+
+async def test_the_loaded_plugins_line_says_what_each_plugin_said_it_does(
+    state: TrainState, caplog: pytest.LogCaptureFixture, fake_plugin: Any
+) -> None:
+    fake_plugin(
+        "tracker",
+        """
+        def plugin_status(session):
+            return "off:   set TRACKER_URI" + chr(10) + "  to log"  # folded onto one line
+        """,
+    )
+    fake_plugin("quiet", "def plugin_status(session):\n    return None\n")
+    fake_plugin("long", "def plugin_status(session):\n    return 'x' * 500\n")
+    caplog.set_level(logging.INFO, logger="monitored")
+    async with monitored.MonitoredSession(state):
+        pass
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Loaded plugins")]
+    assert "tracker (monitored-tracker 1.0; off: set TRACKER_URI to log)" in line
+    assert "quiet (monitored-quiet 1.0)" in line
+    assert f"long (monitored-long 1.0; {'x' * 119}…)" in line
+
+
+async def test_a_plugin_status_that_is_not_text_is_an_error_naming_the_plugin(
+    state: TrainState, fake_plugin: Any
+) -> None:
+    fake_plugin("tracker", "def plugin_status(session):\n    return {'on': True}\n")
+    with pytest.raises(PluginError, match=r"plugin_status' of plugin 'tracker'.*returned dict"):
+        async with monitored.MonitoredSession(state):
+            pass
 
 
 async def test_a_stop_request_is_logged_with_who_asked_and_the_step(

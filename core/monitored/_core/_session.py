@@ -516,7 +516,21 @@ class MonitoredSession:
                     position += 1
         self._plan = CallPlan(manager)
         self._set_step_calls(self._plan["before_run"], self._plan["after_run"])
-        _log_plugins(self._plan.infos, self._plugins_log_level, self._idle_suppliers)
+        statuses = {}
+        for call, status in await self._plan.call_each("plugin_status", self):
+            if status is not None and not isinstance(status, str):
+                raise PluginError(
+                    f"hook 'plugin_status' of {call.info.describe()} returned "
+                    f"{type(status).__name__}; it must return a string or None",
+                    plugin=call.info.name,
+                    distribution=call.info.distribution,
+                    hook="plugin_status",
+                )
+            if status:
+                statuses[call.info.name] = status
+        for name in self._idle_suppliers:
+            statuses.setdefault(name, "inactive: it supplied no cluster, this process trains alone")
+        _log_plugins(self._plan.infos, self._plugins_log_level, statuses)
         for step_aside in stepped_aside:
             log.log(self._plugins_log_level, "%s", step_aside.message())
         self._stepped_aside = tuple(stepped_aside)
@@ -1599,15 +1613,21 @@ def _end_of_input(who: str) -> OutOfRangeError:
     return OutOfRangeError(f"{who} raised StopIteration: the input is exhausted")
 
 
-def _log_plugins(infos: Iterable[PluginInfo], level: int, idle: frozenset[str]) -> None:
-    """The "Loaded plugins" line; a cluster plugin that supplied no cluster is inactive."""
-    inactive = "; inactive: it supplied no cluster, this process trains alone"
-    installed = [
-        f"{i.name} ({i.distribution} {i.version}{inactive if i.name in idle else ''})"
-        for i in infos
-        if i.distribution
-    ]
+def _log_plugins(infos: Iterable[PluginInfo], level: int, statuses: Mapping[str, str]) -> None:
+    """The "Loaded plugins" line: each installed plugin, with what it said it does."""
+    installed = []
+    for info in infos:
+        if info.distribution:
+            status = statuses.get(info.name)
+            note = f"; {_one_line(status)}" if status else ""
+            installed.append(f"{info.name} ({info.distribution} {info.version}{note})")
     log.log(level, "Loaded plugins: %s", ", ".join(installed) if installed else "none installed")
+
+
+def _one_line(status: str) -> str:
+    """A plugin's status as a short phrase: text on one line, at most 120 characters."""
+    text = " ".join(status.split())
+    return text if len(text) <= 120 else text[:119] + "…"
 
 
 def _hook_list(returned: Any, call: HookCall) -> list[object]:

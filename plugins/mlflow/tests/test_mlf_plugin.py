@@ -44,6 +44,39 @@ async def test_unconfigured_the_plugin_adds_no_hook_and_writes_nothing(
     assert os.listdir(tmp_path) == [], "no mlflow.db, no mlruns in the working directory"
 
 
+def loaded_line(caplog: pytest.LogCaptureFixture) -> str:
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Loaded plugins")]
+    return line
+
+
+async def test_the_loaded_plugins_line_says_where_it_logs_or_how_to_switch_it_on(
+    tracking_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    caplog.set_level("INFO", logger="monitored")
+    monkeypatch.chdir(tmp_path)
+    await run()
+    assert "off: set MLFLOW_TRACKING_URI" in loaded_line(caplog)
+    caplog.clear()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking_uri)
+    await run()
+    assert f"; logging to {tracking_uri})" in loaded_line(caplog)
+
+
+@pytest.mark.parametrize(
+    ("uri", "shown"),
+    [
+        ("http://alice:s3cret@host:5000/x", "http://alice:***@host:5000/x"),
+        ("http://host:5000", "http://host:5000"),
+        ("sqlite:///runs/mlflow.db", "sqlite:///runs/mlflow.db"),
+        (None, "MLflow's default store"),
+    ],
+)
+def test_a_password_in_the_tracking_uri_never_reaches_the_log(uri: str | None, shown: str) -> None:
+    from monitored_mlflow._plugin import _without_password
+
+    assert _without_password(uri) == shown
+
+
 async def test_mlflow_tracking_uri_in_the_environment_turns_it_on(
     tracking_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -70,6 +70,27 @@ async def test_it_is_off_without_a_trial() -> None:
     assert session.state.global_step == 10
 
 
+def loaded_line(caplog: pytest.LogCaptureFixture) -> str:
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Loaded plugins")]
+    return line
+
+
+async def test_the_loaded_plugins_line_says_whether_and_what_it_reports(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="monitored")
+    await train()
+    assert "off: no monitor (set the option optuna.monitor)" in loaded_line(caplog)
+    caplog.clear()
+    await train(plugin_options=OPTIONS)
+    assert "inactive: no Optuna trial in this task" in loaded_line(caplog)
+    caplog.clear()
+    trial = new_trial()
+    with use_trial(trial), pytest.raises(optuna.TrialPruned):
+        await train(plugin_options=OPTIONS)
+    assert f"reporting 'loss' to trial {trial.number})" in loaded_line(caplog)
+
+
 async def test_with_a_monitor_it_reports_to_the_current_trial_and_prunes() -> None:
     trial = new_trial()
     with use_trial(trial), pytest.raises(optuna.TrialPruned, match="pruned at step 5"):

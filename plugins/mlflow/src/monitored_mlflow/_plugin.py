@@ -17,6 +17,7 @@ results, ``eval/*``, through ``after_evaluate``). It provides ``"mlflow"``: an
 from __future__ import annotations
 
 import os
+import urllib.parse
 from typing import TYPE_CHECKING, Any, Final
 
 import monitored
@@ -27,12 +28,13 @@ from ._hook import LOG_CHECKPOINTS, MlflowHook
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from monitored import TrainingConfig
+    from monitored import MonitoredSession, TrainingConfig
 
 __all__ = [
     "chief_only",
     "declare_options",
     "is_configured",
+    "plugin_status",
     "provides",
     "training_hooks",
     "training_only",
@@ -96,3 +98,26 @@ def training_hooks(config: TrainingConfig) -> list[object] | None:
             retries=options.get("retries", 3),
         )
     ]
+
+
+def plugin_status(session: MonitoredSession) -> str:
+    """For the "Loaded plugins" line: where this session logs, or how to switch it on."""
+    for info in session.plugins:
+        if isinstance(info.plugin, MlflowHook):
+            return f"logging to {_without_password(info.plugin.tracking_uri)}"
+    if not session.is_chief:
+        return "inactive: only the chief logs"
+    if session.training_config is None:
+        return "inactive: a MonitoredSession takes no plugin hooks (pass an MlflowHook in hooks=)"
+    return "off: set MLFLOW_TRACKING_URI (or the option mlflow.tracking_uri) to log"
+
+
+def _without_password(uri: str | None) -> str:
+    """``uri`` fit for a log line: a password in it is replaced by ``***``."""
+    if uri is None:
+        return "MLflow's default store"
+    parts = urllib.parse.urlsplit(uri)
+    if parts.password is None:
+        return uri
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))

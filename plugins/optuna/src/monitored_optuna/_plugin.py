@@ -29,7 +29,14 @@ from ._trial import current_trial
 if TYPE_CHECKING:
     from monitored import MonitoredSession, TrainingConfig
 
-__all__ = ["declare_options", "hook_of", "provides", "training_hooks", "training_only"]
+__all__ = [
+    "declare_options",
+    "hook_of",
+    "plugin_status",
+    "provides",
+    "training_hooks",
+    "training_only",
+]
 
 #: Pruning, unless an ``OptunaPruningHook`` passed in ``hooks=[...]`` takes over.
 provides: Final = frozenset({"pruning"})
@@ -69,3 +76,15 @@ def hook_of(session: MonitoredSession) -> OptunaPruningHook | None:
         if isinstance(info.plugin, OptunaPruningHook) and info.plugin in _made:
             return info.plugin
     return None
+
+
+def plugin_status(session: MonitoredSession) -> str:
+    """For the "Loaded plugins" line: what this session reports, or why nothing."""
+    hook = hook_of(session)
+    if hook is not None:
+        return f"reporting {hook.monitor!r} to trial {getattr(hook.trial, 'number', '?')}"
+    if not session.options_for("optuna").get("monitor"):
+        return "off: no monitor (set the option optuna.monitor)"
+    if session.training_config is None:
+        return "inactive: a MonitoredSession takes no plugin hooks (pass an OptunaPruningHook)"
+    return "inactive: no Optuna trial in this task (monitored_optuna.optimize sets one)"
