@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import monitored
-from monitored.testing import counting_step, run_session
+from monitored.testing import counting_step, record_step_calls, run_session
 
 
 class EarlyStop:
@@ -104,3 +104,37 @@ def test_the_documented_async_test_runs_as_written_without_an_async_plugin(
     result = pytester.runpytest_subprocess("-p", "no:asyncio", "-p", "no:anyio", "-W", "error")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*this async test really ran*"])
+
+
+async def test_record_step_calls_lists_the_steps_a_skipping_hook_is_called_at() -> None:
+    class EveryThird:
+        def after_create_session(self, session: Any, coord: Any) -> None:
+            session.skip_step_hooks(self, 3)
+
+        def before_run(self, run_context: Any) -> None:
+            return None
+
+        async def after_run(self, run_context: Any, run_values: Any) -> None:
+            step = run_context.session.state.global_step
+            run_context.session.skip_step_hooks(self, (step // 3 + 1) * 3)
+
+    hook = EveryThird()
+    steps = record_step_calls(hook)
+    await run_session([hook], counting_step, max_steps=7)
+    assert steps == [2, 5]
+
+
+async def test_record_step_calls_passes_an_async_before_run_through() -> None:
+    asked: list[Any] = []
+
+    class Fetcher:
+        async def before_run(self, run_context: Any) -> monitored.SessionRunArgs:
+            return monitored.SessionRunArgs("global_step")
+
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            asked.append(int(run_values.results))
+
+    hook = Fetcher()
+    steps = record_step_calls(hook)
+    await run_session([hook], counting_step, max_steps=2)
+    assert (steps, asked) == ([0, 1], [1, 2])

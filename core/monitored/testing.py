@@ -9,6 +9,7 @@ ships ``pytester``.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -17,13 +18,34 @@ from typing import Any, final
 from ._core._session import MonitoredSession
 from ._core._state import TrainState
 
-__all__ = ["SessionResult", "counting_step", "run_session"]
+__all__ = ["SessionResult", "counting_step", "record_step_calls", "run_session"]
 
 
 def counting_step(state: TrainState, **feeds: Any) -> dict[str, Any]:
     """A step that only advances the global step; its outputs are the feeds."""
     state.global_step += 1
     return dict(feeds)
+
+
+def record_step_calls(hook: Any) -> list[int]:
+    """The global steps at which the session calls ``hook.before_run``, as it runs.
+
+    Replaces ``before_run`` on the ``hook`` object by a wrapper that appends the
+    global step the step starts at to the returned list, then calls the
+    original; call it before the session starts. For testing a hook's schedule:
+    that a hook due every ``N`` steps is called only then
+    (``session.skip_step_hooks``).
+    """
+    before_run = hook.before_run
+    steps: list[int] = []
+
+    @functools.wraps(before_run)
+    def recording(run_context: Any) -> Any:
+        steps.append(run_context.session.state.global_step)
+        return before_run(run_context)
+
+    hook.before_run = recording
+    return steps
 
 
 @final

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import monitored
-from monitored.testing import run_session
+from monitored.testing import record_step_calls, run_session
 from monitored_early_stopping import (
     EarlyStoppingConfigError,
     EarlyStoppingHook,
@@ -47,14 +47,7 @@ async def test_stops_after_patience_checks_without_improvement() -> None:
 
 async def test_every_n_steps_checks_multiples_and_fetches_nothing_between() -> None:
     hook = EarlyStoppingHook("loss", patience=1, every_n_steps=2)
-    called_at: list[int] = []
-    before_run = hook.before_run
-
-    def spied_before_run(run_context: Any) -> Any:
-        called_at.append(run_context.session.state.global_step)
-        return before_run(run_context)
-
-    hook.before_run = spied_before_run  # type: ignore[method-assign]
+    called_at = record_step_calls(hook)
     result = await run_session([hook], losses_step(LOSSES), state=new_state(), max_steps=12)
     # checks at 2, 4, 6, 8: 4.0, 3.5, 3.05 (each better), 3.1 (not): stop after step 8.
     assert result.state.global_step == 8

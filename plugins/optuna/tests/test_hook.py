@@ -10,7 +10,7 @@ import optuna
 import pytest
 
 import monitored
-from monitored.testing import run_session
+from monitored.testing import record_step_calls, run_session
 from monitored_optuna import MonitoredValueError, OptunaConfigError, OptunaPruningHook, use_trial
 
 pytestmark = pytest.mark.anyio
@@ -53,14 +53,7 @@ class Ends:
 async def test_every_n_steps_reports_the_multiples_and_fetches_nothing_between() -> None:
     trial = new_trial(upper=10.0)
     hook = OptunaPruningHook(trial, "loss", every_n_steps=3)
-    called_at: list[int] = []
-    before_run = hook.before_run
-
-    def spied_before_run(run_context: Any) -> Any:
-        called_at.append(run_context.session.state.global_step)
-        return before_run(run_context)
-
-    hook.before_run = spied_before_run  # type: ignore[method-assign]
+    called_at = record_step_calls(hook)
 
     result = await run_session([hook], losses_step, state=new_state(), max_steps=10)
     assert result.state.global_step == 10
