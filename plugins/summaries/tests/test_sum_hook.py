@@ -396,3 +396,20 @@ async def test_a_hook_with_its_own_writer_writes_what_another_hands_on(
     await train([first, second], 4)
     assert [step for step, _ in scalars(events(str(tmp_path / "b")))["loss"]] == [1, 2, 4]
     assert [step for step, _ in scalars(events(str(tmp_path / "a")))["loss"]] == [1, 2, 4]
+
+
+async def test_a_sink_that_fails_raises_naming_itself_and_the_point_is_in_the_file(
+    logdir: str, events: Any, scalars: Any
+) -> None:
+    class Broken:
+        def write_summaries(self, session: Any, step: int, summaries: Any) -> None:
+            raise OSError("tracker gone")
+
+    hook = SummarySaverHook(save_steps=1, output_dir=logdir)
+    with pytest.raises(OSError, match="tracker gone") as raised:
+        await train([Broken(), hook], 3)
+    notes = "\n".join(getattr(raised.value, "__notes__", []))
+    assert "hook 'write_summaries'" in notes
+    assert "Broken" in notes
+    assert "at step 1" in notes
+    assert scalars(events(logdir))["loss"] == [(1, 1.0)], "written before it was handed on"
