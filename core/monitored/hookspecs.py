@@ -232,7 +232,10 @@ def write_summaries(session: MonitoredSession, step: int, summaries: Mapping[str
 
     ``summaries`` maps tags (``"loss"``, ``"global_step/sec"``) to host scalars or
     arrays. Hooks emit summaries through
-    :meth:`~monitored.MonitoredSession.write_summaries`.
+    :meth:`~monitored.MonitoredSession.write_summaries`; the summaries plugin
+    emits every scalar its steps record, at the step written, and its own sink
+    skips them. A sink writes what it receives and never emits it again (every
+    sink, itself included, would receive it twice).
     """
 
 

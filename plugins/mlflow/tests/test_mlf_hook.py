@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +16,10 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 
 import monitored
+import monitored_summaries as summaries
 from monitored import MonitoredSession, MonitoredTrainingSession, StopAtStepHook, TrainState
 from monitored_mlflow import STEP_TAG, MlflowConfigError, MlflowHook, run_status
+from monitored_summaries import summary_iterator
 
 
 def step(state: TrainState) -> dict[str, Any]:
@@ -22,6 +27,15 @@ def step(state: TrainState) -> dict[str, Any]:
     state["w"] += 1
     loss = np.float32(1.0 / state.global_step)
     return {"loss": loss, "lr": 0.1, "w": state["w"], "flag": True}
+
+
+def recording_step(state: TrainState) -> dict[str, Any]:
+    """``step``, recording summaries: a scalar of its own, the loss it returns, a histogram."""
+    outputs = step(state)
+    summaries.scalar("x", 2.0 * state.global_step)
+    summaries.scalar("loss", outputs["loss"])
+    summaries.histogram("h", np.arange(4.0))
+    return outputs
 
 
 def only_run(uri: str, experiment: str = "monitored") -> Run:
@@ -45,19 +59,24 @@ async def train(
     hooks: list[object] = (),  # type: ignore[assignment]
     fail_at: int | None = None,
     evaluate: dict[int, dict[str, float]] | None = None,
+    step_fn: Callable[[TrainState], dict[str, Any]] = step,
+    summary_dir: Path | None = None,
+    save_summaries_steps: int = 100,
 ) -> MonitoredSession:
     plugin_options = {"mlflow": {"tracking_uri": uri, "log_every_n_steps": 10, **(options or {})}}
     async with MonitoredTrainingSession(
         TrainState({"w": np.zeros(2, np.float32)}),
         checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir),
         save_checkpoint_steps=10 if checkpoint_dir is not None else None,
+        summary_dir=None if summary_dir is None else str(summary_dir),
+        save_summaries_steps=save_summaries_steps,
         log_step_count_steps=5,
         hooks=[*hooks, StopAtStepHook(last_step=last_step)],
         plugin_options=plugin_options,
         stop_grace_period_secs=60,
     ) as sess:
         while not sess.should_stop():
-            await sess.run(step)
+            await sess.run(step_fn)
             global_step = sess.state.global_step
             if fail_at is not None and global_step == fail_at:
                 raise RuntimeError(f"boom at step {global_step}")
@@ -291,3 +310,78 @@ async def test_malformed_saved_state_is_refused_naming_the_plugin(tracking_uri: 
         hook.load_plugin_state(None, {"run_id": None, "run_key": 3})  # type: ignore[arg-type]
     with pytest.raises(MlflowConfigError, match="mlflow_run: saved run_id"):
         hook.load_plugin_state(None, {"run_id": 5, "run_key": "k"})  # type: ignore[arg-type]
+
+
+class Sink:
+    """A third-party summary sink: a plain hook implementing ``write_summaries``."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[int, str, float]] = []
+
+    def write_summaries(self, session: Any, step: int, summaries: Any) -> None:
+        self.got.extend((step, tag, float(value)) for tag, value in summaries.items())
+
+    def points(self, tag: str) -> list[tuple[int, float]]:
+        return [(step, value) for step, name, value in self.got if name == tag]
+
+
+def event_file_points(logdir: Path, tag: str) -> list[int]:
+    """The steps of ``tag``'s scalar points in ``logdir``'s event files, in order."""
+    return [
+        event.step
+        for path in sorted(glob.glob(str(logdir / "events.out.tfevents.*")))
+        for event in summary_iterator(path)
+        for value in event.summary.value
+        if value.tag == tag and value.WhichOneof("value") == "simple_value"
+    ]
+
+
+async def test_scalars_a_step_records_reach_mlflow_and_every_sink_once_at_the_step_written(
+    tracking_uri: str, tmp_path: Path
+) -> None:
+    sink = Sink()
+    await train(
+        tracking_uri,
+        21,
+        hooks=[sink],
+        step_fn=recording_step,
+        summary_dir=tmp_path / "logs",
+        save_summaries_steps=10,
+    )
+    run = only_run(tracking_uri)
+    written = [(1, 2.0), (11, 22.0), (21, 42.0)]  # the summaries plugin's due steps
+    assert history(tracking_uri, run.info.run_id, "x") == written
+    assert sink.points("x") == written
+    assert event_file_points(tmp_path / "logs", "x") == [1, 11, 21], "once in TensorBoard"
+    assert event_file_points(tmp_path / "logs", "loss") == [1, 11, 21]
+    # loss is both recorded (1, 11, 21) and returned (every 10 steps and the last):
+    # the last step, 21, has it from both and holds it once.
+    assert [s for s, _ in history(tracking_uri, run.info.run_id, "loss")] == [1, 10, 11, 20, 21]
+    assert [s for s, _ in history(tracking_uri, run.info.run_id, "lr")] == [10, 20, 21]
+    assert "h" not in run.data.metrics, "histograms stay in the event file"
+    assert [s for s, _ in sink.points("global_step/sec")] == [6, 11, 16, 21]
+
+
+async def test_a_resumed_run_logs_what_steps_record_without_duplicate_points(
+    tracking_uri: str, tmp_path: Path
+) -> None:
+    # Checkpoints every 10 steps, summaries at 1, 6, 11, ... The first run dies at 27
+    # after sending x at 26; the resume restarts from 20 and records 21 and 26 again.
+    for last_step, fail_at in ((100, 27), (40, None)):
+        with pytest.raises(RuntimeError, match="boom") if fail_at else contextlib.nullcontext():
+            await train(
+                tracking_uri,
+                last_step,
+                checkpoint_dir=tmp_path / "ckpt",
+                fail_at=fail_at,
+                step_fn=recording_step,
+                save_summaries_steps=5,
+                options={"log_every_n_steps": 5},
+            )
+    run = only_run(tracking_uri)
+    assert run.info.status == "FINISHED"
+    assert [s for s, _ in history(tracking_uri, run.info.run_id, "x")] == [
+        1, 6, 11, 16, 21, 26, 31, 36,
+    ]  # fmt: skip
+    steps = [s for s, _ in history(tracking_uri, run.info.run_id, "loss")]
+    assert steps == sorted({*range(1, 40, 5), *range(5, 41, 5)}), "each step once"

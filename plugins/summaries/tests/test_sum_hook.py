@@ -303,3 +303,113 @@ async def test_save_secs_with_fetches_fetches_on_due_steps(
     hook = SummarySaverHook(save_secs=3600, output_dir=logdir, scalars=["lr"])
     await train([hook], 3)
     assert [s for s, _ in scalars(events(logdir))["lr"]] == [1, 3]  # the first and the end
+
+
+# -- issue 24: what a step records reaches every summary sink ------------------------------------
+class Sink:
+    """A third-party summary sink: a plain hook implementing ``write_summaries``."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[int, dict[str, Any]]] = []
+
+    def write_summaries(self, session: Any, step: int, summaries: Any) -> None:
+        self.got.append((step, dict(summaries)))
+
+    def points(self, tag: str) -> list[tuple[int, float]]:
+        return [(step, float(values[tag])) for step, values in self.got if tag in values]
+
+
+def recording_step(state: TrainState) -> dict[str, Any]:
+    state.global_step += 1
+    summaries.scalar("loss", 1.0 / state.global_step)
+    summaries.scalar("Train/Training Loss", 2.0)
+    summaries.histogram("w", np.arange(5.0))
+    summaries.image("img", np.zeros((1, 2, 2, 3), np.uint8))
+    summaries.text("note", "hello")
+    return {"lr": np.float32(0.5)}
+
+
+async def test_recorded_scalars_reach_every_other_sink_once_at_the_step_written(
+    logdir: str, events: Any, scalars: Any
+) -> None:
+    sink = Sink()
+    hooks = [
+        StopAtStepHook(last_step=7),
+        sink,
+        SummarySaverHook(save_steps=3, output_dir=logdir),
+        StepCounterHook(every_n_steps=2),
+    ]
+    async with MonitoredSession(TrainState(), hooks=hooks) as s:
+        while not s.should_stop():
+            await s.run(recording_step)
+    assert sink.points("loss") == [(1, 1.0), (4, 0.25), (7, pytest.approx(1 / 7))]
+    # Under the tag TensorBoard shows; histograms, images and text stay in the event file.
+    assert [step for step, _ in sink.points("Train/Training_Loss")] == [1, 4, 7]
+    recorded = [values for _, values in sink.got if "loss" in values]
+    assert all(set(values) == {"loss", "Train/Training_Loss"} for values in recorded)
+    assert all(type(v) is np.ndarray and v.size == 1 for d in recorded for v in d.values())
+    written = scalars(events(logdir))
+    assert [step for step, _ in written["loss"]] == [1, 4, 7], "each point once in the file"
+    assert [step for step, _ in written["Train/Training_Loss"]] == [1, 4, 7]
+    assert [step for step, _ in written["global_step/sec"]] == [3, 5, 7]
+    assert [step for step, _ in sink.points("global_step/sec")] == [3, 5, 7]
+
+
+async def test_named_scalars_reach_the_other_sinks_the_end_step_included(logdir: str) -> None:
+    sink = Sink()
+    hook = SummarySaverHook(save_steps=2, output_dir=logdir, scalars=["lr"], histograms=["w"])
+    await train([sink, hook], 4)
+    assert sink.points("lr") == [(1, 0.5), (3, 0.5), (4, 0.5)]
+    assert all(set(values) == {"loss", "lr"} for _, values in sink.got[:-1])
+    assert set(sink.got[-1][1]) == {"lr"}, "at the end: what scalars= names, fetched"
+
+
+async def test_steps_that_record_nothing_hand_nothing_on(logdir: str) -> None:
+    sink = Sink()
+    hook = SummarySaverHook(save_steps=1, output_dir=logdir)
+    async with MonitoredSession(TrainState(), hooks=[sink, hook]) as s:
+        for _ in range(3):
+            await s.run(validation_step)
+        await s.run(step)
+    assert [step for step, _ in sink.got] == [1]
+
+
+async def test_hooks_sharing_a_writer_write_what_one_hands_on_once(
+    logdir: str, events: Any
+) -> None:
+    # Both write into logdir's shared writer; each skips what the other handed on.
+    first = SummarySaverHook(save_steps=1, output_dir=logdir)
+    second = SummarySaverHook(save_steps=1, output_dir=logdir)
+    await train([first, second], 4)
+    assert first.writer is second.writer
+    points = [(e.step, v.tag) for e in events(logdir) for v in e.summary.value]
+    assert sorted(points) == [(1, "loss"), (2, "loss"), (3, "loss"), (4, "loss")]
+
+
+async def test_a_hook_with_its_own_writer_writes_what_another_hands_on(
+    tmp_path: Any, events: Any, scalars: Any
+) -> None:
+    # A second event file (another directory) is a sink like any other. Step 1 is due
+    # for both: the hook armed last records it (second); first then writes 2 and 4.
+    first = SummarySaverHook(save_steps=2, output_dir=str(tmp_path / "a"))
+    second = SummarySaverHook(save_steps=10**6, output_dir=str(tmp_path / "b"))
+    await train([first, second], 4)
+    assert [step for step, _ in scalars(events(str(tmp_path / "b")))["loss"]] == [1, 2, 4]
+    assert [step for step, _ in scalars(events(str(tmp_path / "a")))["loss"]] == [1, 2, 4]
+
+
+async def test_a_sink_that_fails_raises_naming_itself_and_the_point_is_in_the_file(
+    logdir: str, events: Any, scalars: Any
+) -> None:
+    class Broken:
+        def write_summaries(self, session: Any, step: int, summaries: Any) -> None:
+            raise OSError("tracker gone")
+
+    hook = SummarySaverHook(save_steps=1, output_dir=logdir)
+    with pytest.raises(OSError, match="tracker gone") as raised:
+        await train([Broken(), hook], 3)
+    notes = "\n".join(getattr(raised.value, "__notes__", []))
+    assert "hook 'write_summaries'" in notes
+    assert "Broken" in notes
+    assert "at step 1" in notes
+    assert scalars(events(logdir))["loss"] == [(1, 1.0)], "written before it was handed on"

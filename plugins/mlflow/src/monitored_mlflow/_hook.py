@@ -3,10 +3,13 @@
 On a step that is not due the hook's ``after_run`` compares two integers and
 returns: nothing is fetched, converted, locked or awaited. On a due step (every
 ``log_every_n_steps`` global steps) the step's scalar outputs are copied to host
-in one transfer and appended to the sender's list; summary sinks
-(``write_summaries``: ``global_step/sec``, the Supervisor's summaries) and
-evaluation results (``after_evaluate``, prefixed ``eval/``) are appended when
-they come. A :class:`~monitored_mlflow._sender.Sender` thread sends them.
+in one transfer and appended to the sender's list; what summary sinks receive
+(``write_summaries``: the scalars the summaries plugin writes, ``global_step/sec``,
+the Supervisor's summaries) and evaluation results (``after_evaluate``, prefixed
+``eval/``) are appended when they come. A tag is logged once per step: one that
+reaches the hook again at the same step (a step output the summaries plugin also
+wrote) is not logged twice. A :class:`~monitored_mlflow._sender.Sender` thread
+sends them.
 """
 
 from __future__ import annotations
@@ -175,7 +178,9 @@ class MlflowHook:
         self._run_key = uuid.uuid4().hex
         self._best: float | None = None
         self._last_checkpoint: tuple[int, str] | None = None
-        self._last_logged = -1
+        #: The tags logged at step ``_logged_step`` (a tag is logged once per step).
+        self._logged_step = -1
+        self._logged: set[str] = set()
         self._active = False
 
     @property
@@ -250,7 +255,8 @@ class MlflowHook:
     def write_summaries(
         self, session: MonitoredSession, step: int, summaries: Mapping[str, Any]
     ) -> None:
-        """The core's summary sink: ``global_step/sec`` and other hooks' scalars."""
+        """The core's summary sink: the summaries plugin's scalars, ``global_step/sec``,
+        other hooks' scalars."""
         if self._sender is not None:
             self._log_outputs(step, summaries)
 
@@ -284,9 +290,8 @@ class MlflowHook:
             self._sender.add_artifact(os.fspath(path), "checkpoints")
 
     def end(self, session: MonitoredSession) -> None:
-        step = session.state.global_step
-        if self._sender is not None and self._last_logged != step:
-            self._log_outputs(step, session.last_outputs)
+        # The last step's outputs, unless it was due (they are logged then).
+        self._log_outputs(session.state.global_step, session.last_outputs)
 
     async def before_close(self, session: MonitoredSession, error: BaseException | None) -> None:
         sender = self._sender
@@ -303,9 +308,13 @@ class MlflowHook:
         if sender is None or not isinstance(outputs, Mapping):
             return
         values = _scalars(outputs)
+        if step != self._logged_step:
+            self._logged_step, self._logged = step, set()
+        elif self._logged:
+            values = {key: value for key, value in values.items() if key not in self._logged}
         if values:
             sender.add_metrics(step, values)
-            self._last_logged = step
+            self._logged.update(values)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.tracking_uri or 'default store'} {self.experiment!r}>"

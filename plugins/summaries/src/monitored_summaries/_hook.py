@@ -21,6 +21,13 @@ a resumed run as one curve: ``START`` when the session is created (at the step
 the restored run writes first, so points an earlier run wrote past the
 restored checkpoint are purged), ``CHECKPOINT`` after each checkpoint (the core's
 ``after_save`` hookspec, called by checkpoint plugins) and ``STOP`` at a normal end.
+
+The scalars a due step writes (``summaries.scalar`` and ``scalars=``) are also
+handed to the session's other summary sinks (``session.write_summaries``: an
+experiment tracker, a log), at the step written, under the tag written. The
+hook's own sink, and any other hook writing through the same writer, skips
+that mapping: each point reaches the event file once. Only the recording path
+hands values on, never the sink, so no value goes round twice.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import logging
 import math
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from time import monotonic
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -223,7 +230,9 @@ class SummarySaverHook:
         self._arm(first)
         coord.start_soon(self._flush_when_stopped, session, coord)
 
-    def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
+    def after_run(
+        self, run_context: SessionRunContext, run_values: SessionRunValues
+    ) -> Awaitable[None] | None:
         # Sync on purpose: on a step that is not due nothing is made, fetched or awaited.
         recorder = self._recorder
         if recorder is None:
@@ -232,13 +241,13 @@ class SummarySaverHook:
             step = run_context.session.state.global_step
             if step >= self._arm_after and self._timer.should_trigger_for_step(step + 1):
                 self._arm(step + 1)
-            return
+            return None
         results = run_values.results
         if results is None and not recorder.records:
             # A step that recorded nothing (a validation step) leaves the slot to the next.
             recorder.step = run_context.session.state.global_step + 1
-            return
-        self._write_step(run_context.session, recorder, results)
+            return None
+        return self._write_step(run_context.session, recorder, results)
 
     def end(self, session: MonitoredSession) -> Any:
         return self._end(session)
@@ -253,7 +262,11 @@ class SummarySaverHook:
                 # still be fetched (what the step recorded itself was not due).
                 fetched = self._fetches()
                 if fetched:
-                    self._write(step, [], self._fetched_records(session.fetch(fetched)))
+                    host_records = self._fetched_records(session.fetch(fetched))
+                    self._write(step, [], host_records)
+                    written = self._written_scalars([], [], host_records)
+                    if written is not None:
+                        await session.write_summaries(step, written)
             self._write_hparams(step, end=True)
             writer.add_session_log(SessionLog(status=SessionLog.STOP), step)
             await anyio.to_thread.run_sync(writer.flush)
@@ -266,8 +279,14 @@ class SummarySaverHook:
     def write_summaries(
         self, session: MonitoredSession, step: int, summaries: Mapping[str, Any]
     ) -> None:
-        """The core's summary sink: ``global_step/sec`` and other hooks' values."""
+        """The core's summary sink: ``global_step/sec`` and other hooks' values.
+
+        Skips the scalars that this hook, or another writing through the same
+        writer, wrote and handed on itself (they are in the event file already).
+        """
         if self._writer is None or self._writer.closed:
+            return
+        if type(summaries) is _Written and summaries.writer is self._writer:
             return
         records: list[Record] = []
         for tag, value in summaries.items():
@@ -292,12 +311,14 @@ class SummarySaverHook:
 
     def _write_step(
         self, session: MonitoredSession, recorder: _record.Recorder, results: Any
-    ) -> None:
+    ) -> Awaitable[None] | None:
+        """Write a due step; return the handing of its scalars to the other sinks."""
         _record.disarm(recorder)
         self._recorder = None
         step = session.state.global_step
         fetched = self._fetched_records(results) if results is not None else []
-        self._write(step, recorder.records, fetched)
+        host = self._write(step, recorder.records, fetched)
+        written = self._written_scalars(recorder.records, host, fetched)
         self._write_hparams(step)
         self._timer.update_last_triggered_step(step)
         self._last_written = step
@@ -307,15 +328,41 @@ class SummarySaverHook:
             self._due_at = monotonic() + self._every_secs
         if self._timer.should_trigger_for_step(step + 1):
             self._arm(step + 1)
+        return None if written is None else session.write_summaries(step, written)
 
-    def _write(self, step: int, records: Sequence[Record], host_records: Sequence[Record]) -> None:
-        """Queue ``records`` (moved to host in one transfer) and ``host_records``."""
+    def _write(
+        self, step: int, records: Sequence[Record], host_records: Sequence[Record]
+    ) -> list[Any]:
+        """Queue ``records`` (moved to host in one transfer) and ``host_records``.
+
+        Returns the host values of ``records``, in order.
+        """
         writer = self._require_writer()
+        host: list[Any] = []
         if records:
             host = to_host([value for _, _, value, _ in records])
             writer.add_records(step, list(records), host)
         if host_records:
             writer.add_records(step, list(host_records), [r[2] for r in host_records])
+        return host
+
+    def _written_scalars(
+        self, records: Sequence[Record], host: Sequence[Any], host_records: Sequence[Record]
+    ) -> _Written | None:
+        """The scalars just written, by the tag they were written under, for the other
+        summary sinks; ``None`` when there are none."""
+        pairs = [
+            (name, value)
+            for (kind, name, _, _), value in zip(records, host, strict=True)
+            if kind == "scalar"
+        ]
+        pairs += [(name, value) for kind, name, value, _ in host_records if kind == "scalar"]
+        if not pairs:
+            return None
+        written = _Written(self._require_writer())
+        for name, value in pairs:
+            written[clean_tag(name)] = value
+        return written
 
     def _fetches(self) -> dict[str, dict[str, str]]:
         fetches = {}
@@ -443,6 +490,20 @@ class _TimedFetchingSummarySaverHook(_FetchingSummarySaverHook):
             if self._timer.should_trigger_for_step(step):
                 self._arm(step)
         return super().before_run(run_context)
+
+
+class _Written(dict[str, Any]):
+    """Scalars a :class:`SummarySaverHook` wrote to ``writer`` and hands to the other sinks.
+
+    Its own sink (``write_summaries``), and that of any hook sharing ``writer``,
+    knows the mapping by its type and writer and skips it.
+    """
+
+    __slots__ = ("writer",)
+
+    def __init__(self, writer: FileWriter) -> None:
+        super().__init__()
+        self.writer = writer
 
 
 def _stop_on_error(coord: Coordinator) -> Callable[[SummaryWriteError], None]:
