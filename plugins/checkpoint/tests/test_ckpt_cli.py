@@ -201,7 +201,13 @@ def test_ls_says_a_damaged_newest_is_skipped_and_which_checkpoint_a_restore_uses
         "the newest checkpoint, model.ckpt-4, is damaged: a restore skips it and uses "
         "model.ckpt-3 (step 3)"
     )
-    assert err.startswith(f"monitored checkpoint ls: error: {run / 'model.ckpt-4'}")
+    assert err.startswith(f"monitored checkpoint ls: error: {run / 'model.ckpt-4'}: ")
+    if how == "truncated data":
+        size = (run / "model.ckpt-4.safetensors").stat().st_size
+        assert err.endswith(
+            f"the data file model.ckpt-4.safetensors has {size} bytes, the manifest says "
+            f"{size + 8}; it is truncated or was replaced\n"
+        )
     rows = json.loads(_cli(capsys, "ls", "--json", run)[1])
     assert [(r["newest"], r["restored"]) for r in rows] == [
         (False, False),
@@ -227,7 +233,10 @@ def test_ls_a_checkpoint_without_its_data_file_is_damaged_and_not_the_newest(
     assert lines[2].split()[-2:] == ["newest", "model.ckpt-3"]
     assert lines[3].split()[-2:] == ["damaged", "model.ckpt-4"]
     assert len(lines) == 4
-    assert "the data file is missing" in err
+    assert err == (
+        f"monitored checkpoint ls: error: {run / 'model.ckpt-4'}: "
+        "the data file model.ckpt-4.safetensors is missing\n"
+    )
     rows = json.loads(_cli(capsys, "ls", "--json", run)[1])
     assert [(r["newest"], r["restored"]) for r in rows] == [
         (False, False),
@@ -299,7 +308,7 @@ def test_ls_when_no_checkpoint_can_be_restored(
     status, out, err = _cli(capsys, "ls", run)
     assert status == 1
     assert out.splitlines()[-1] == "no checkpoint here can be restored: each one is damaged"
-    assert err.count("the data file is missing") == 3
+    assert err.count(".safetensors is missing") == 3
     with pytest.raises(NoValidCheckpointError):
         restore_latest(_state(), run)
 

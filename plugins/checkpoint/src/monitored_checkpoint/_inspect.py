@@ -141,13 +141,13 @@ def _data_problem(store: Store, manifest: Manifest) -> str | None:
         try:
             size = store.size(file)
         except FileNotFoundError:
-            return f"{store.path(file)}: the data file is missing"
+            return f"the data file {file} is missing"
         except (OSError, CheckpointError) as exc:
-            return f"{store.path(file)}: the data file cannot be read: {exc}"
+            return f"the data file {file} cannot be read: {exc}"
         if size != info.size:
             return (
-                f"{store.path(file)}: the data file has {size} bytes, the manifest says "
-                f"{info.size}; it is truncated or was replaced"
+                f"the data file {file} has {size} bytes, the manifest says {info.size}; "
+                "it is truncated or was replaced"
             )
     return None
 
