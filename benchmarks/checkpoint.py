@@ -23,12 +23,16 @@ arrays, in one process and against baselines taken in the same run:
 With ``--show``, only how fast ``monitored checkpoint show`` answers for a
 checkpoint of ``--size-gb`` GB in ``--arrays`` arrays (1000 in that mode: one
 megabyte each) without ``--stats``, which reads the manifest alone: the real
-command as a subprocess against ``monitored --version`` (the same interpreter
-start with every plugin imported, reading nothing) and against Python importing NumPy
-and ``monitored`` alone (what any command of this stack pays first), and
-in-process against
-``safetensors.safe_open`` listing the same file's names, dtypes and shapes from
-its header; ``show --stats`` (every byte read and checksummed) for contrast.
+command as a fresh subprocess (wall clock) against Python starting and doing
+nothing, Python importing NumPy (which the checkpoint plugin needs), Python
+importing ``monitored`` alone, and ``monitored --version`` (every installed
+plugin imported, reading nothing); in-process against ``safetensors.safe_open``
+listing the same file's names, dtypes and shapes from its header;
+``show --stats`` (every byte read and checksummed) for contrast. With
+``--before DIR`` (the ``core`` and ``plugins`` folders of an older commit, e.g.
+``git archive REV core plugins | tar -x -C DIR``), the command and
+``monitored --help`` are also run from those sources (put first on
+``PYTHONPATH``), in the same run. The load average is printed before and after.
 
 Repeats alternate the contenders so a slow spell of the shared machine hits
 both; the table gives medians and min-max. Files go to a temporary directory
@@ -38,6 +42,7 @@ Usage::
 
     python benchmarks/checkpoint.py [--size-gb 1] [--arrays 16] [--repeats 5] [--dir DIR]
     python benchmarks/checkpoint.py --show [--size-gb 1] [--arrays 1000] [--repeats 5]
+        [--before DIR]
 """
 
 from __future__ import annotations
@@ -280,16 +285,24 @@ def _safetensors_header(path: str) -> None:
             view.get_dtype(), view.get_shape()
 
 
-def _command(*argv: str) -> None:
+def _command(*argv: str, env: dict[str, str] | None = None) -> None:
     script = str(Path(sys.executable).with_name("monitored"))
-    subprocess.run([script, *argv], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([script, *argv], check=True, stdout=subprocess.DEVNULL, env=env)
 
 
 def _python(code: str) -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def bench_show(size_gb: float, count: int, root: Path, repeats: int) -> dict[str, list[float]]:
+def _sources_env(before: str) -> dict[str, str]:
+    """The environment that runs ``monitored`` from the sources under ``before``."""
+    roots = [Path(before, "core"), *sorted(Path(before, "plugins").glob("*/src"))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(str(root) for root in roots)}
+
+
+def bench_show(
+    size_gb: float, count: int, root: Path, repeats: int, before: str | None = None
+) -> dict[str, list[float]]:
     """Seconds of ``monitored checkpoint show`` of one checkpoint, and of its baselines."""
     # Zeros: calloc'd pages the save writes without a copy (quick to make, real bytes).
     each = int(size_gb * 1e9) // count // 4
@@ -297,13 +310,21 @@ def bench_show(size_gb: float, count: int, root: Path, repeats: int) -> dict[str
     path = Saver().save(state, f"{root}/model.ckpt")
     data = f"{path}.safetensors"
     contenders: dict[str, Callable[[], None]] = {
+        "python -c pass (subprocess)": partial(_python, "pass"),
         "python -c 'import numpy' (subprocess)": partial(_python, "import numpy"),
         "python -c 'import monitored' (subprocess)": partial(_python, "import monitored"),
         "monitored --version (subprocess)": partial(_command, "--version"),
         "monitored checkpoint show (subprocess)": partial(_command, "checkpoint", "show", path),
+        "monitored --help (subprocess)": partial(_command, "--help"),
         "safetensors safe_open header (in-process)": partial(_safetensors_header, data),
         "checkpoint show (in-process)": partial(_in_process_show, ["checkpoint", "show", path]),
     }
+    if before is not None:
+        env = _sources_env(before)
+        contenders["monitored checkpoint show (subprocess, before)"] = partial(
+            _command, "checkpoint", "show", path, env=env
+        )
+        contenders["monitored --help (subprocess, before)"] = partial(_command, "--help", env=env)
     times: dict[str, list[float]] = {label: [] for label in contenders}
     stats: list[float] = []
     for _ in range(repeats):
@@ -318,13 +339,20 @@ def bench_show(size_gb: float, count: int, root: Path, repeats: int) -> dict[str
 
 def show_main(args: argparse.Namespace) -> None:
     count = args.arrays if args.arrays != 16 else 1000
+    load_before = os.getloadavg()
     with _scratch(args.dir) as root:
-        times = bench_show(args.size_gb, count, root, args.repeats)
+        times = bench_show(args.size_gb, count, root, args.repeats, args.before)
+    load_after = os.getloadavg()
     nbytes = times.pop("checkpoint file bytes")[0]
     print(f"Command: {shlex.join([Path(sys.executable).name, *sys.argv])}")
     print(
         f"Machine: {os.cpu_count()} cores, {platform.machine()}, {platform.system()} "
         f"{platform.release()}, Python {platform.python_version()}, NumPy {np.__version__}"
+    )
+    print(
+        "Load average (1, 5, 15 min): "
+        f"{' '.join(f'{x:.2f}' for x in load_before)} before, "
+        f"{' '.join(f'{x:.2f}' for x in load_after)} after"
     )
     print(f"Checkpoint: {nbytes / 1e9:.2f} GB in {count} arrays; {args.repeats} repeats")
     print()
@@ -340,11 +368,22 @@ def show_main(args: argparse.Namespace) -> None:
     inner = med["checkpoint show (in-process)"]
     header = med["safetensors safe_open header (in-process)"]
     numpy_start = med["python -c 'import numpy' (subprocess)"]
+    bare = med["python -c pass (subprocess)"]
     print(
         f"monitored checkpoint show answers in {show:.3f} s (target <= 1 s): "
-        f"{show / start:.2f}x monitored --version ({start:.3f} s), "
-        f"{show / numpy_start:.2f}x python -c 'import numpy' ({numpy_start:.3f} s)"
+        f"{show / numpy_start:.2f}x python -c 'import numpy' ({numpy_start:.3f} s), "
+        f"{show / bare:.1f}x python -c pass ({bare:.3f} s), "
+        f"{show / start:.2f}x monitored --version ({start:.3f} s)"
     )
+    if args.before is not None:
+        old = med["monitored checkpoint show (subprocess, before)"]
+        old_help = med["monitored --help (subprocess, before)"]
+        new_help = med["monitored --help (subprocess)"]
+        print(
+            f"before ({args.before}): show {old:.3f} s = {old / numpy_start:.2f}x NumPy's "
+            f"import, now {old / show:.2f}x faster; --help {old_help:.3f} s, now "
+            f"{new_help:.3f} s ({old_help / new_help:.2f}x faster)"
+        )
     print(
         f"in-process: {inner * 1e3:.1f} ms = {inner / header:.2f}x safetensors reading the "
         f"header ({header * 1e3:.1f} ms)"
@@ -360,6 +399,9 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="parent of the scratch directory")
     parser.add_argument(
         "--show", action="store_true", help="only time monitored checkpoint show (see above)"
+    )
+    parser.add_argument(
+        "--before", metavar="DIR", help="with --show, also time the sources under DIR (see above)"
     )
     args = parser.parse_args()
     if args.show:
