@@ -23,12 +23,21 @@ arrays, in one process and against baselines taken in the same run:
 With ``--show``, only how fast ``monitored checkpoint show`` answers for a
 checkpoint of ``--size-gb`` GB in ``--arrays`` arrays (1000 in that mode: one
 megabyte each) without ``--stats``, which reads the manifest alone: the real
-command as a subprocess against ``monitored --version`` (the same interpreter
-start with every plugin imported, reading nothing) and against Python importing NumPy
-and ``monitored`` alone (what any command of this stack pays first), and
-in-process against
-``safetensors.safe_open`` listing the same file's names, dtypes and shapes from
-its header; ``show --stats`` (every byte read and checksummed) for contrast.
+command as a fresh subprocess (wall clock) against Python starting and doing
+nothing, Python importing NumPy (which the checkpoint plugin needs), Python
+importing ``monitored`` alone, and ``monitored --version`` (every installed
+plugin imported, reading nothing); in-process against ``safetensors.safe_open``
+listing the same file's names, dtypes and shapes from its header;
+``show --stats`` (every byte read and checksummed) for contrast. With
+``--before DIR`` (the ``core`` and ``plugins`` folders of an older commit, e.g.
+``git archive REV core plugins | tar -x -C DIR``), the command and
+``monitored --help`` are also run from those sources (put first on
+``PYTHONPATH``), in the same run. The load average is printed before and after.
+Every subprocess runs once before the timed rounds, with Python's bytecode cache
+in the scratch directory (``PYTHONPYCACHEPREFIX``), as an installed package has
+its ``.pyc`` files; ``--no-bytecode`` times them compiling every module from
+source instead (``PYTHONDONTWRITEBYTECODE=1`` and no cache: about twice the
+time, NumPy's import most of it).
 
 Repeats alternate the contenders so a slow spell of the shared machine hits
 both; the table gives medians and min-max. Files go to a temporary directory
@@ -38,6 +47,7 @@ Usage::
 
     python benchmarks/checkpoint.py [--size-gb 1] [--arrays 16] [--repeats 5] [--dir DIR]
     python benchmarks/checkpoint.py --show [--size-gb 1] [--arrays 1000] [--repeats 5]
+        [--before DIR] [--no-bytecode]
 """
 
 from __future__ import annotations
@@ -280,30 +290,64 @@ def _safetensors_header(path: str) -> None:
             view.get_dtype(), view.get_shape()
 
 
-def _command(*argv: str) -> None:
+def _command(*argv: str, env: dict[str, str]) -> None:
     script = str(Path(sys.executable).with_name("monitored"))
-    subprocess.run([script, *argv], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([script, *argv], check=True, stdout=subprocess.DEVNULL, env=env)
 
 
-def _python(code: str) -> None:
-    subprocess.run([sys.executable, "-c", code], check=True)
+def _python(code: str, env: dict[str, str]) -> None:
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
 
 
-def bench_show(size_gb: float, count: int, root: Path, repeats: int) -> dict[str, list[float]]:
+def _subprocess_env(root: Path, bytecode: bool) -> dict[str, str]:
+    """The environment of the timed subprocesses: a bytecode cache of their own, or none."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    if bytecode:
+        return {**env, "PYTHONPYCACHEPREFIX": str(root / "pycache")}
+    return {**env, "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _sources_env(env: dict[str, str], before: str) -> dict[str, str]:
+    """``env`` running ``monitored`` from the sources under ``before``."""
+    roots = [Path(before, "core"), *sorted(Path(before, "plugins").glob("*/src"))]
+    return {**env, "PYTHONPATH": os.pathsep.join(str(root) for root in roots)}
+
+
+def bench_show(
+    size_gb: float,
+    count: int,
+    root: Path,
+    repeats: int,
+    before: str | None = None,
+    bytecode: bool = True,
+) -> dict[str, list[float]]:
     """Seconds of ``monitored checkpoint show`` of one checkpoint, and of its baselines."""
     # Zeros: calloc'd pages the save writes without a copy (quick to make, real bytes).
     each = int(size_gb * 1e9) // count // 4
     state = TrainState({f"layer{i:04d}/w": np.zeros(each, np.float32) for i in range(count)})
     path = Saver().save(state, f"{root}/model.ckpt")
     data = f"{path}.safetensors"
+    env = _subprocess_env(root, bytecode)
     contenders: dict[str, Callable[[], None]] = {
-        "python -c 'import numpy' (subprocess)": partial(_python, "import numpy"),
-        "python -c 'import monitored' (subprocess)": partial(_python, "import monitored"),
-        "monitored --version (subprocess)": partial(_command, "--version"),
-        "monitored checkpoint show (subprocess)": partial(_command, "checkpoint", "show", path),
+        "python -c pass (subprocess)": partial(_python, "pass", env),
+        "python -c 'import numpy' (subprocess)": partial(_python, "import numpy", env),
+        "python -c 'import monitored' (subprocess)": partial(_python, "import monitored", env),
+        "monitored --version (subprocess)": partial(_command, "--version", env=env),
+        "monitored checkpoint show (subprocess)": partial(
+            _command, "checkpoint", "show", path, env=env
+        ),
+        "monitored --help (subprocess)": partial(_command, "--help", env=env),
         "safetensors safe_open header (in-process)": partial(_safetensors_header, data),
         "checkpoint show (in-process)": partial(_in_process_show, ["checkpoint", "show", path]),
     }
+    if before is not None:
+        old = _sources_env(env, before)
+        contenders["monitored checkpoint show (subprocess, before)"] = partial(
+            _command, "checkpoint", "show", path, env=old
+        )
+        contenders["monitored --help (subprocess, before)"] = partial(_command, "--help", env=old)
+    for fn in contenders.values():  # the bytecode cache, the page cache
+        fn()
     times: dict[str, list[float]] = {label: [] for label in contenders}
     stats: list[float] = []
     for _ in range(repeats):
@@ -318,15 +362,28 @@ def bench_show(size_gb: float, count: int, root: Path, repeats: int) -> dict[str
 
 def show_main(args: argparse.Namespace) -> None:
     count = args.arrays if args.arrays != 16 else 1000
+    load_before = os.getloadavg()
     with _scratch(args.dir) as root:
-        times = bench_show(args.size_gb, count, root, args.repeats)
+        times = bench_show(
+            args.size_gb, count, root, args.repeats, args.before, not args.no_bytecode
+        )
+    load_after = os.getloadavg()
     nbytes = times.pop("checkpoint file bytes")[0]
     print(f"Command: {shlex.join([Path(sys.executable).name, *sys.argv])}")
     print(
         f"Machine: {os.cpu_count()} cores, {platform.machine()}, {platform.system()} "
         f"{platform.release()}, Python {platform.python_version()}, NumPy {np.__version__}"
     )
+    print(
+        "Load average (1, 5, 15 min): "
+        f"{' '.join(f'{x:.2f}' for x in load_before)} before, "
+        f"{' '.join(f'{x:.2f}' for x in load_after)} after"
+    )
     print(f"Checkpoint: {nbytes / 1e9:.2f} GB in {count} arrays; {args.repeats} repeats")
+    print(
+        "Subprocesses: "
+        + ("no bytecode cache, every module compiled" if args.no_bytecode else "bytecode cached")
+    )
     print()
     print("| operation | median | range |")
     print("|---|---|---|")
@@ -340,11 +397,22 @@ def show_main(args: argparse.Namespace) -> None:
     inner = med["checkpoint show (in-process)"]
     header = med["safetensors safe_open header (in-process)"]
     numpy_start = med["python -c 'import numpy' (subprocess)"]
+    bare = med["python -c pass (subprocess)"]
     print(
         f"monitored checkpoint show answers in {show:.3f} s (target <= 1 s): "
-        f"{show / start:.2f}x monitored --version ({start:.3f} s), "
-        f"{show / numpy_start:.2f}x python -c 'import numpy' ({numpy_start:.3f} s)"
+        f"{show / numpy_start:.2f}x python -c 'import numpy' ({numpy_start:.3f} s), "
+        f"{show / bare:.1f}x python -c pass ({bare:.3f} s), "
+        f"{show / start:.2f}x monitored --version ({start:.3f} s)"
     )
+    if args.before is not None:
+        old = med["monitored checkpoint show (subprocess, before)"]
+        old_help = med["monitored --help (subprocess, before)"]
+        new_help = med["monitored --help (subprocess)"]
+        print(
+            f"before ({args.before}): show {old:.3f} s = {old / numpy_start:.2f}x NumPy's "
+            f"import, now {old / show:.2f}x faster; --help {old_help:.3f} s, now "
+            f"{new_help:.3f} s ({old_help / new_help:.2f}x faster)"
+        )
     print(
         f"in-process: {inner * 1e3:.1f} ms = {inner / header:.2f}x safetensors reading the "
         f"header ({header * 1e3:.1f} ms)"
@@ -360,6 +428,12 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="parent of the scratch directory")
     parser.add_argument(
         "--show", action="store_true", help="only time monitored checkpoint show (see above)"
+    )
+    parser.add_argument(
+        "--before", metavar="DIR", help="with --show, also time the sources under DIR (see above)"
+    )
+    parser.add_argument(
+        "--no-bytecode", action="store_true", help="with --show, no bytecode cache (see above)"
     )
     args = parser.parse_args()
     if args.show:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
+import subprocess
 import sys
 import typing
 from pathlib import Path
@@ -23,7 +25,7 @@ DOCS = Path(__file__).parent.parent / "docs"
 
 
 def test_all_lists_exactly_the_public_names() -> None:
-    public = {name for name in vars(monitored) if not name.startswith("_")}
+    public = {name for name in dir(monitored) if not name.startswith("_")}
     modules = {name for name in public if inspect.ismodule(getattr(monitored, name))}
     assert set(monitored.__all__) - {"__version__"} == public - modules
     assert len(monitored.__all__) == len(set(monitored.__all__))
@@ -203,3 +205,74 @@ def test_tf1_migration_run_config_table_names_real_arguments() -> None:
         inspect.signature(monitored.MonitoredTrainingSession).parameters
     )
     assert arguments <= taken, sorted(arguments - taken)
+
+
+def _imports_of_init() -> tuple[dict[str, tuple[str, ...]], set[str]]:
+    """``monitored/__init__.py``'s imports: those of its ``if _TYPE_CHECKING:`` block by
+    module, and the names it imports from its own modules at run time."""
+    tree = ast.parse(Path(monitored.__file__).read_text())
+    blocks = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "_TYPE_CHECKING"
+    ]
+    assert len(blocks) == 1
+    checked = {
+        "." * node.level + str(node.module): tuple(alias.name for alias in node.names)
+        for node in blocks[0].body
+        if isinstance(node, ast.ImportFrom)
+    }
+    eager = {
+        alias.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.level == 1
+        for alias in node.names
+    }
+    return checked, eager
+
+
+def test_the_lazy_names_are_those_type_checkers_read() -> None:
+    """What ``__getattr__`` imports is what mypy and readers see imported, name for name,
+    and with the names imported at once, that is everything ``__all__`` lists."""
+    lazy = monitored._LAZY_MODULES  # type: ignore[attr-defined]
+    checked, eager = _imports_of_init()
+    assert checked == lazy
+    names = [*eager, *(name for names in lazy.values() for name in names)]
+    assert sorted(names) == sorted(set(monitored.__all__) - {"__version__"})
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="module 'monitored' has no attribute 'Sesion'"):
+        monitored.Sesion  # type: ignore[attr-defined]  # noqa: B018
+    with pytest.raises(ImportError, match="cannot import name 'Sesion'"):
+        from monitored import Sesion  # type: ignore[attr-defined]  # noqa: F401
+
+
+# Run in a fresh interpreter: in the test process everything is imported already.
+_FRESH_IMPORT = """
+import sys
+
+import monitored
+
+print(sorted(m for m in sys.modules if m.partition(".")[0] in ("monitored", "numpy", "anyio")))
+print(sys.modules["monitored._core._errors"].PluginError.__module__)
+from monitored import MonitoredSession, to_scalar
+
+print(MonitoredSession.__module__, to_scalar.__module__, "numpy" in sys.modules)
+print(monitored.train.AdamOptimizer is monitored.AdamOptimizer, monitored.metrics.__name__)
+"""
+
+
+def test_import_monitored_imports_only_its_errors_and_the_rest_at_first_use() -> None:
+    """``import monitored`` leaves the runtime, NumPy and anyio to the first name used;
+    a name then resolves with its public module, and the subpackages as attributes."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FRESH_IMPORT], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "['monitored', 'monitored._core', 'monitored._core._errors', 'monitored._core._files']",
+        "monitored",
+        "monitored._core._session monitored True",
+        "True monitored.metrics",
+    ]

@@ -29,9 +29,12 @@ from monitored_checkpoint import (
     CheckpointError,
     CheckpointNotFoundError,
     CorruptCheckpointError,
+    CorruptCheckpointWarning,
+    NoValidCheckpointError,
     Saver,
     list_variables,
     load_variable,
+    restore_latest,
 )
 from monitored_checkpoint._inspect import ArrayStats, array_stats
 
@@ -172,6 +175,142 @@ def test_ls_names_a_damaged_checkpoint_and_exits_1(
     assert "damaged" in out.splitlines()[2]
     assert err.startswith(f"monitored checkpoint ls: error: {run / 'model.ckpt-3'}: ")
     assert "the manifest is not valid JSON" in err
+
+
+def _damage(run: Path, name: str, how: str) -> None:
+    if how == "manifest":
+        (run / f"{name}.json").write_text("{not json")
+    elif how == "truncated data":
+        data = run / f"{name}.safetensors"
+        data.write_bytes(data.read_bytes()[:-8])
+    else:
+        (run / f"{name}.safetensors").unlink()
+
+
+@pytest.mark.parametrize("how", ["manifest", "truncated data"])
+def test_ls_says_a_damaged_newest_is_skipped_and_which_checkpoint_a_restore_uses(
+    run: Path, capsys: pytest.CaptureFixture[str], how: str
+) -> None:
+    _damage(run, "model.ckpt-4", how)
+    status, out, err = _cli(capsys, "ls", run)
+    assert status == 1
+    lines = out.splitlines()
+    assert "damaged, newest, skipped by a restore" in lines[3]
+    assert lines[2].split()[-2:] == ["restored", "model.ckpt-3"]
+    assert lines[4] == (
+        "the newest checkpoint, model.ckpt-4, is damaged: a restore skips it and uses "
+        "model.ckpt-3 (step 3)"
+    )
+    assert err.startswith(f"monitored checkpoint ls: error: {run / 'model.ckpt-4'}: ")
+    if how == "truncated data":
+        size = (run / "model.ckpt-4.safetensors").stat().st_size
+        assert err.endswith(
+            f"the data file model.ckpt-4.safetensors has {size} bytes, the manifest says "
+            f"{size + 8}; it is truncated or was replaced\n"
+        )
+    rows = json.loads(_cli(capsys, "ls", "--json", run)[1])
+    assert [(r["newest"], r["restored"]) for r in rows] == [
+        (False, False),
+        (False, True),
+        (True, False),
+    ]
+    # What a restore really does.
+    state = _state()
+    with pytest.warns(CorruptCheckpointWarning, match="model.ckpt-4"):
+        manifest = restore_latest(state, run)
+    assert manifest is not None
+    assert manifest.name == "model.ckpt-3" == rows[1]["name"]
+
+
+def test_ls_a_checkpoint_without_its_data_file_is_damaged_and_not_the_newest(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As for ``latest_checkpoint``, a manifest without its data file is no checkpoint yet."""
+    _damage(run, "model.ckpt-4", "missing data")
+    status, out, err = _cli(capsys, "ls", run)
+    assert status == 1
+    lines = out.splitlines()
+    assert lines[2].split()[-2:] == ["newest", "model.ckpt-3"]
+    assert lines[3].split()[-2:] == ["damaged", "model.ckpt-4"]
+    assert len(lines) == 4
+    assert err == (
+        f"monitored checkpoint ls: error: {run / 'model.ckpt-4'}: "
+        "the data file model.ckpt-4.safetensors is missing\n"
+    )
+    rows = json.loads(_cli(capsys, "ls", "--json", run)[1])
+    assert [(r["newest"], r["restored"]) for r in rows] == [
+        (False, False),
+        (True, True),
+        (False, False),
+    ]
+    with pytest.warns(CorruptCheckpointWarning, match="model.ckpt-4"):
+        manifest = restore_latest(_state(), run)
+    assert manifest is not None
+    assert manifest.name == "model.ckpt-3"
+
+
+def test_ls_of_a_healthy_directory_restores_the_newest_and_says_nothing_more(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, _ = _cli(capsys, "ls", run)
+    assert status == 0
+    assert out.splitlines()[-1].split()[-2:] == ["newest", "model.ckpt-4"]
+    rows = json.loads(_cli(capsys, "ls", "--json", run)[1])
+    assert [r["restored"] for r in rows] == [False, False, True]
+
+
+def test_ls_restore_order_follows_the_state_file_as_a_restore_does(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The state file lists 3 and 4 (2 was rotated out, kept forever): with both damaged, a
+    restore goes on by step to 2, and so does ls."""
+    _damage(run, "model.ckpt-4", "manifest")
+    _damage(run, "model.ckpt-3", "truncated data")
+    out = _cli(capsys, "ls", run)[1]
+    assert out.splitlines()[-1] == (
+        "the newest checkpoint, model.ckpt-4, is damaged: a restore skips it and uses "
+        "model.ckpt-2 (step 2)"
+    )
+    with pytest.warns(CorruptCheckpointWarning):
+        manifest = restore_latest(_state(), run)
+    assert manifest is not None
+    assert manifest.name == "model.ckpt-2"
+
+
+def test_ls_names_what_a_restore_uses_when_the_state_file_points_elsewhere(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A state file whose newest (3) is not the last it keeps (4): ``latest_checkpoint``
+    answers 3, a restore tries 4 first; ls says both."""
+    state_file = run / "checkpoint"
+    text = state_file.read_text()
+    state_file.write_text(
+        text.replace(
+            'model_checkpoint_path: "model.ckpt-4"', 'model_checkpoint_path: "model.ckpt-3"'
+        )
+    )
+    status, out, _ = _cli(capsys, "ls", run)
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[2].split()[-2:] == ["newest", "model.ckpt-3"]
+    assert lines[3].split()[-2:] == ["restored", "model.ckpt-4"]
+    assert lines[4] == "a restore uses model.ckpt-4 (step 4)"
+    manifest = restore_latest(_state(), run)
+    assert manifest is not None
+    assert manifest.name == "model.ckpt-4"
+
+
+def test_ls_when_no_checkpoint_can_be_restored(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for step in (2, 3, 4):
+        _damage(run, f"model.ckpt-{step}", "missing data")
+    status, out, err = _cli(capsys, "ls", run)
+    assert status == 1
+    assert out.splitlines()[-1] == "no checkpoint here can be restored: each one is damaged"
+    assert err.count(".safetensors is missing") == 3
+    with pytest.raises(NoValidCheckpointError):
+        restore_latest(_state(), run)
 
 
 # -- show -----------------------------------------------------------------------------------------

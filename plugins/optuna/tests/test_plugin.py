@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+from importlib.metadata import entry_points
 from typing import Any
 
 import numpy as np
@@ -176,3 +180,52 @@ def test_monitored_plugins_lists_it_with_its_capability() -> None:
     rows = {row["name"]: row for row in json.loads(done.stdout)}
     assert rows["optuna"]["distribution"] == "monitored-optuna"
     assert rows["optuna"]["provides"] == ["pruning"]
+
+
+# A session where the plugin is installed (monitor set) but no trial is current, then
+# the public names: Optuna is imported by neither, so an idle plugin costs no import.
+_IDLE_SESSION = """
+import sys
+
+import anyio
+import monitored
+import monitored_optuna
+from monitored_optuna import OptunaPruningHook, current_trial, optimize, use_trial
+
+
+def step(state):
+    state.global_step += 1
+    return {"loss": 0.5}
+
+
+async def main():
+    session = monitored.MonitoredTrainingSession(
+        hooks=[monitored.StopAtStepHook(last_step=3)], log_step_count_steps=None
+    )
+    async with session:
+        while not session.should_stop():
+            await session.run(step)
+    assert "optuna" in [info.name for info in session.plugins]
+    return session.state.global_step
+
+
+print(anyio.run(main), sorted(m for m in sys.modules if m.partition(".")[0] == "optuna"))
+"""
+
+
+def test_neither_the_package_nor_an_idle_plugin_imports_optuna() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MONITORED_")}
+    env["MONITORED_DISABLE_PLUGINS"] = ",".join(
+        ep.name for ep in entry_points(group="monitored") if ep.name != "optuna"
+    )
+    env["MONITORED_PLUGIN_OPTIONS"] = "optuna.monitor=loss;optuna.every_n_steps=1"
+    done = subprocess.run(
+        [sys.executable, "-c", _IDLE_SESSION],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["3", "[]"], done.stdout + done.stderr

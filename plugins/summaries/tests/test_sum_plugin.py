@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +136,65 @@ async def test_not_json_in_the_environment(tmp_path: Path, monkeypatch: pytest.M
 def test_the_hook_checks_its_hparams_when_made(tmp_path: Path) -> None:
     with pytest.raises(SummaryValueError, match=r"SummarySaverHook: hparams: expected a mapping"):
         SummarySaverHook(save_steps=1, output_dir=str(tmp_path), hparams=[("lr", 1)])  # type: ignore[arg-type]
+
+
+# The plugin installed in a session that writes no summaries (no summary_dir), a step
+# calling scalar(): tensorboardX (and protobuf) stay unimported. Then the public names
+# that need it resolve on first use.
+_IDLE_SESSION = """
+import sys
+
+import anyio
+import monitored
+import monitored_summaries as summaries
+
+HEAVY = ("tensorboardX", "google.protobuf")
+
+
+def step(state):
+    state.global_step += 1
+    summaries.scalar("accuracy", 0.5)
+    return {}
+
+
+async def main():
+    session = monitored.MonitoredTrainingSession(
+        hooks=[monitored.StopAtStepHook(last_step=3)], log_step_count_steps=None
+    )
+    async with session:
+        while not session.should_stop():
+            await session.run(step)
+    assert "summaries" in [info.name for info in session.plugins]
+    return session.state.global_step
+
+
+print(anyio.run(main), [m for m in HEAVY if m in sys.modules])
+from monitored_summaries import FileWriter, SummarySaverHook, summary_iterator
+
+print(SummarySaverHook.__name__, summaries.TF_BUCKET_LIMITS.size, "tensorboardX" in sys.modules)
+"""
+
+
+def test_neither_the_package_nor_an_idle_plugin_imports_tensorboardx() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MONITORED_")}
+    env["MONITORED_DISABLE_PLUGINS"] = ",".join(
+        ep.name for ep in entry_points(group="monitored") if ep.name != "summaries"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", _IDLE_SESSION],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "3 []", done.stdout + done.stderr
+    assert lines[1] == f"SummarySaverHook {summaries.TF_BUCKET_LIMITS.size} True"
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="has no attribute 'SummaryWritter'"):
+        summaries.SummaryWritter  # noqa: B018
+    assert {"SummarySaverHook", "FileWriter", "scalar"} <= set(dir(summaries))

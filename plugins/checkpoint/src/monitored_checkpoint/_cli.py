@@ -24,7 +24,14 @@ import numpy as np
 
 from ._errors import CheckpointError
 from ._format import _ITEMSIZE, check_step_name, read_manifest
-from ._inspect import ArrayStats, array_stats, diff_checkpoints, list_checkpoints, verify
+from ._inspect import (
+    ArrayStats,
+    CheckpointRow,
+    array_stats,
+    diff_checkpoints,
+    list_checkpoints,
+    verify,
+)
 from ._reader import load_variable, read_checkpoint, resolve_checkpoint
 from ._saver import split_save_path
 
@@ -54,8 +61,9 @@ def register(commands: Commands) -> None:
         "ls",
         help="the checkpoints of a directory",
         description="The checkpoints of DIR, oldest first: step, when written, size on disk, "
-        "number of arrays, which is newest (restored first) and which are kept forever "
-        "(past max_to_keep, never rotated away). Reads the manifests only.",
+        "number of arrays, which is newest, which a restore uses (the newest unless it is "
+        "damaged, then the next that is not) and which are kept forever (past max_to_keep, "
+        "never rotated away). Reads the manifests and the data files' sizes only.",
     )
     ls.add_argument("directory", metavar="DIR")
     ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -134,22 +142,44 @@ def _ls(args: argparse.Namespace) -> int:
                 _when(row.created),
                 "?" if row.size is None else _human(row.size),
                 "?" if row.arrays is None else str(row.arrays),
-                _notes(row.newest, row.kept_forever, row.problem),
+                _notes(row),
                 row.name,
             )
             for row in rows
         ]
         _table(("step", "written", "size", "arrays", "notes", "name"), table, right={0, 2, 3})
+        _restored_instead(rows)
     for row in damaged:
         _error(args, f"{row.path}: {row.problem}")
     return FOUND if damaged else OK
 
 
-def _notes(newest: bool, kept_forever: bool | None, problem: str | None) -> str:
-    notes = ["damaged"] if problem is not None else []
-    notes += ["newest"] if newest else []
-    notes += ["kept forever"] if kept_forever else []
+def _notes(row: CheckpointRow) -> str:
+    """``damaged``, ``newest`` (or, damaged, skipped), ``restored`` (when the newest is
+    not), ``kept forever``."""
+    notes = ["damaged"] if row.problem is not None else []
+    if row.newest:
+        notes.append("newest, skipped by a restore" if row.problem is not None else "newest")
+    elif row.restored:
+        notes.append("restored")
+    if row.kept_forever:
+        notes.append("kept forever")
     return ", ".join(notes) or "-"
+
+
+def _restored_instead(rows: Sequence[CheckpointRow]) -> None:
+    """Which checkpoint a restore uses, when it is not the newest, or that none can be."""
+    restored = next((row for row in rows if row.restored), None)
+    newest = next((row for row in rows if row.newest), None)
+    if restored is None:
+        print("no checkpoint here can be restored: each one is damaged")
+    elif newest is not None and newest.problem is not None:
+        print(
+            f"the newest checkpoint, {newest.name}, is damaged: a restore skips it and uses "
+            f"{restored.name} (step {restored.step})"
+        )
+    elif newest is not restored:
+        print(f"a restore uses {restored.name} (step {restored.step})")
 
 
 # -- show ---------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, final
 
 import numpy as np
@@ -64,22 +64,30 @@ class CheckpointRow:
     #: Bytes on disk (data file and manifest), ``None`` when they cannot be read.
     size: int | None
     arrays: int | None
-    #: Whether it is the one a restore starts from.
+    #: Whether it is the newest: the state file's latest, else the highest step.
     newest: bool
     #: Whether it is on disk but no longer in the state file's kept list, so no
     #: rotation deletes it (``keep_checkpoint_every_n_hours``, or ``max_to_keep=None``);
     #: ``None`` when there is no state file of ours to tell.
     kept_forever: bool | None
-    #: What is wrong with it, ``None`` when its manifest reads well.
+    #: What is wrong with it, ``None`` when its manifest reads well and its data
+    #: files have the sizes it records.
     problem: str | None = None
+    #: Whether a restore would use it: the first in a restore's order (the state
+    #: file's checkpoints newest first, then the others by step) with no ``problem``.
+    #: Usually the newest; another when the newest is damaged, the restore then
+    #: skipping it. Only the manifest and the files' sizes are read, not the bytes:
+    #: ``verify`` checks their CRC-32 too.
+    restored: bool = False
 
 
 def list_checkpoints(directory: str | os.PathLike[str]) -> list[CheckpointRow]:
     """Every checkpoint of ``directory`` (those with a manifest), oldest step first.
 
     Reads the manifests only (their data files are sized, not read). A damaged
-    checkpoint is listed with its ``problem``; a directory that does not exist
-    or is not one is a :class:`CheckpointNotFoundError`.
+    checkpoint is listed with its ``problem``, and the one a restore would use
+    is marked ``restored``; a directory that does not exist or is not one is a
+    :class:`CheckpointNotFoundError`.
     """
     store = open_store(directory)
     if not store.is_directory():
@@ -91,8 +99,14 @@ def list_checkpoints(directory: str | os.PathLike[str]) -> list[CheckpointRow]:
         state = None
     kept = set(state.names) if state is not None and state.ours else None
     newest = latest_checkpoint(store.url)
-    rows = []
-    for name in reversed(_manifest_names(store, names)):
+    listed = _manifest_names(store, names)
+    # restore_latest's order: the state file's checkpoints (when ours) newest first, then
+    # every other by step, highest first.
+    ours = state.names if state is not None and state.ours else ()
+    order = [n for n in reversed(ours) if n in listed]
+    order += [n for n in listed if n not in order]
+    rows: dict[str, CheckpointRow] = {}
+    for name in listed:
         path = store.path(name)
         forever = None if kept is None else name not in kept
         step = step_of(name) or 0  # listed names all end with their step
@@ -100,23 +114,42 @@ def list_checkpoints(directory: str | os.PathLike[str]) -> list[CheckpointRow]:
             manifest = read_manifest(store, name)
             check_step_name(manifest)
         except CheckpointError as exc:
-            rows.append(
-                CheckpointRow(name, path, step, None, None, None, path == newest, forever, str(exc))
+            rows[name] = CheckpointRow(
+                name, path, step, None, None, None, path == newest, forever, str(exc)
             )
             continue
-        rows.append(
-            CheckpointRow(
-                name,
-                path,
-                manifest.step,
-                manifest.created,
-                _size_on_disk(store, name),
-                len(manifest.arrays),
-                path == newest,
-                forever,
-            )
+        rows[name] = CheckpointRow(
+            name,
+            path,
+            manifest.step,
+            manifest.created,
+            _size_on_disk(store, name),
+            len(manifest.arrays),
+            path == newest,
+            forever,
+            _data_problem(store, manifest),
         )
-    return rows
+    restored = next((n for n in order if rows[n].problem is None), None)
+    if restored is not None:
+        rows[restored] = replace(rows[restored], restored=True)
+    return [rows[name] for name in reversed(listed)]
+
+
+def _data_problem(store: Store, manifest: Manifest) -> str | None:
+    """Why a restore would refuse ``manifest``'s data files by their size alone, if it would."""
+    for file, info in sorted(manifest.files.items()):
+        try:
+            size = store.size(file)
+        except FileNotFoundError:
+            return f"the data file {file} is missing"
+        except (OSError, CheckpointError) as exc:
+            return f"the data file {file} cannot be read: {exc}"
+        if size != info.size:
+            return (
+                f"the data file {file} has {size} bytes, the manifest says {info.size}; "
+                "it is truncated or was replaced"
+            )
+    return None
 
 
 def _size_on_disk(store: Store, name: str) -> int | None:

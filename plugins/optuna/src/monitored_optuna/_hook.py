@@ -24,7 +24,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard, final
 
 import anyio.to_thread
-import optuna
 
 from monitored import SessionRunArgs, optional, to_scalar
 
@@ -32,6 +31,8 @@ from ._errors import MonitoredValueError, OptunaConfigError
 from ._trial import check_trial, current_trial
 
 if TYPE_CHECKING:
+    import optuna
+
     from monitored import (
         Coordinator,
         MonitoredSession,
@@ -146,7 +147,7 @@ class OptunaPruningHook:
             # Restored from a checkpoint written after the prune: it stays pruned.
             coord.request_stop()
             session.raise_after_close(
-                optuna.TrialPruned(
+                _pruned(
                     f"Trial {_number(self._trial)} was pruned at step {self.pruned_step} "
                     "(resumed from a checkpoint written after the prune)"
                 )
@@ -246,7 +247,7 @@ class OptunaPruningHook:
         else:
             session.coord.request_stop()
         session.raise_after_close(
-            optuna.TrialPruned(
+            _pruned(
                 f"Trial {_number(trial)} was pruned at step {step} ({self.monitor} = {value:g})"
             )
         )
@@ -266,13 +267,25 @@ def _number(trial: optuna.trial.BaseTrial | None) -> object:
     return getattr(trial, "number", "?")
 
 
+# Optuna is imported where a trial is at hand, never at the top: the plugin is loaded
+# into every session where it is installed, most of them with no trial to report to.
+def _pruned(message: str) -> optuna.TrialPruned:
+    import optuna
+
+    return optuna.TrialPruned(message)
+
+
 def _in_memory(trial: optuna.trial.BaseTrial) -> bool:
     """Whether ``trial``'s study lives in this process's memory (no I/O to report)."""
+    import optuna
+
     return isinstance(getattr(trial, "storage", None), optuna.storages.InMemoryStorage)
 
 
 def _last_step_held(trial: optuna.trial.BaseTrial | None) -> int:
     """The last step ``trial`` holds an intermediate value for in its storage (-1: none)."""
+    import optuna
+
     if isinstance(trial, optuna.trial.Trial):
         # The storage, not the trial's cache: another process may have reported since.
         held = trial.storage.get_trial(trial._trial_id).intermediate_values

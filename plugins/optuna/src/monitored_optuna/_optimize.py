@@ -19,22 +19,24 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
-import optuna
-from optuna.trial import TrialState
 
 from ._errors import OptunaConfigError
 from ._trial import _trial
 
+if TYPE_CHECKING:
+    import optuna
+    from optuna.trial import TrialState
+
+    Objective = Callable[[optuna.trial.Trial], Awaitable[float | Sequence[float]]]
+    Callback = Callable[[optuna.Study, optuna.trial.FrozenTrial], None]
+
 __all__ = ["optimize"]
 
 log = logging.getLogger("monitored.optuna")
-
-Objective = Callable[[optuna.trial.Trial], Awaitable[float | Sequence[float]]]
-Callback = Callable[[optuna.Study, optuna.trial.FrozenTrial], None]
 
 
 async def optimize(
@@ -69,6 +71,8 @@ async def optimize(
         callbacks: called as ``callback(study, frozen_trial)`` after each trial
             is told, in the event loop (Optuna's ``optimize`` callbacks).
     """
+    import optuna  # here: importing this plugin does not import Optuna
+
     if not isinstance(study, optuna.Study):
         raise OptunaConfigError(f"optimize: study must be an optuna.Study, got {study!r}")
     if not callable(objective):
@@ -111,6 +115,9 @@ async def _run_trial(
     catch: tuple[type[Exception], ...],
     callbacks: list[Callback],
 ) -> None:
+    import optuna
+    from optuna.trial import TrialState
+
     trial = await anyio.to_thread.run_sync(study.ask)
     token = _trial.set(trial)
     try:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator
-from typing import Any, Final
-
-import optuna
+from typing import TYPE_CHECKING, Any, Final
 
 from ._errors import OptunaConfigError
+
+if TYPE_CHECKING:
+    import optuna
 
 __all__ = ["current_trial", "use_trial"]
 
@@ -48,6 +49,8 @@ def use_trial(trial: optuna.trial.BaseTrial) -> Iterator[optuna.trial.BaseTrial]
 
 def check_trial(trial: Any, where: str) -> None:
     """Refuse what is not an Optuna trial, naming ``where`` it was given."""
+    import optuna  # here, not at the top: installed alone, this plugin costs no import
+
     if not isinstance(trial, optuna.trial.BaseTrial):
         raise OptunaConfigError(
             f"{where}: expected an optuna trial (optuna.trial.Trial from study.ask() or the "

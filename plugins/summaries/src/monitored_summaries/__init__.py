@@ -12,9 +12,10 @@ one curve (``SessionLog`` events).
 
 from __future__ import annotations
 
+import importlib
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any, Final
 
-from ._encode import TF_BUCKET_LIMITS
 from ._errors import (
     SummaryDirectoryError,
     SummaryError,
@@ -24,10 +25,26 @@ from ._errors import (
     SummaryValueError,
     SummaryWriteError,
 )
-from ._hook import SummarySaverHook
-from ._reader import MAX_RECORD_BYTES, summary_iterator
 from ._record import audio, histogram, hparams, image, scalar, text
-from ._writer import FileWriter, FileWriterCache, SummaryWriter
+
+if TYPE_CHECKING:
+    from ._encode import TF_BUCKET_LIMITS
+    from ._hook import SummarySaverHook
+    from ._reader import MAX_RECORD_BYTES, summary_iterator
+    from ._writer import FileWriter, FileWriterCache, SummaryWriter
+
+#: The names whose modules import tensorboardX (and protobuf), by module: imported
+#: at first use, so that a session with this plugin installed but writing nothing,
+#: and a step calling ``scalar(...)``, never pay for them.
+_LAZY: Final = {
+    "TF_BUCKET_LIMITS": "_encode",
+    "SummarySaverHook": "_hook",
+    "MAX_RECORD_BYTES": "_reader",
+    "summary_iterator": "_reader",
+    "FileWriter": "_writer",
+    "FileWriterCache": "_writer",
+    "SummaryWriter": "_writer",
+}
 
 try:
     __version__ = version("monitored-summaries")
@@ -57,3 +74,16 @@ __all__ = [
     "summary_iterator",
     "text",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # the next lookup finds it without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

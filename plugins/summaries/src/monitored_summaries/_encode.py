@@ -9,10 +9,7 @@ runs of empty buckets folded into one, so TensorBoard draws what TF1 drew.
 
 from __future__ import annotations
 
-import functools
 import io
-import logging
-import re
 import struct
 import sys
 import wave
@@ -26,6 +23,7 @@ from tensorboardX.proto.tensor_pb2 import TensorProto
 from tensorboardX.proto.tensor_shape_pb2 import TensorShapeProto
 
 from ._errors import SummaryNameError, SummaryValueError
+from ._tags import clean_tag
 
 __all__ = [
     "TF_BUCKET_LIMITS",
@@ -40,26 +38,6 @@ __all__ = [
 ]
 
 _DBL_MAX: Final = sys.float_info.max
-
-log = logging.getLogger("monitored.summaries")
-
-#: What TF1 allowed in a summary name (``summary_op_util``): word characters, ``-``,
-#: ``/`` and ``.``; anything else becomes ``_``.
-_INVALID_TAG_CHARACTERS: Final = re.compile(r"[^-/\w.]")
-
-
-@functools.lru_cache(maxsize=4096)
-def clean_tag(name: str) -> str:
-    """``name`` as TF1 made it a tag: other characters become ``_``, leading ``/`` go.
-
-    So ``"Train/Training Loss"`` is written as ``Train/Training_Loss``, the tag
-    dashboards and scripts of TF1 runs look up. A name that changes is said once at
-    INFO, as TF1 did (cached: a name written every step costs one lookup).
-    """
-    cleaned = _INVALID_TAG_CHARACTERS.sub("_", name).lstrip("/")
-    if cleaned != name:
-        log.info("Summary name %r is illegal; using %r instead", name, cleaned)
-    return cleaned
 
 
 def _tf_bucket_limits() -> np.ndarray:

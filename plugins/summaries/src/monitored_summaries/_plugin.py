@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Final
 import monitored
 
 from . import _record
-from ._hook import SummarySaverHook
-from ._writer import FileWriter, FileWriterCache
 
 if TYPE_CHECKING:
     from monitored import TrainingConfig
+
+    from ._writer import FileWriter
 
 __all__ = [
     "chief_only",
@@ -64,6 +64,9 @@ def training_hooks(config: TrainingConfig) -> list[object] | None:
     metrics = options.get("metrics") or ()
     if not config.is_chief or config.summary_dir is None:
         return None
+    # Here, not at the top: a session that writes no summaries never imports tensorboardX.
+    from ._hook import SummarySaverHook
+
     steps, secs = config.save_summaries_steps, config.save_summaries_secs
     if steps is not None and steps > 0:
         return [
@@ -82,6 +85,8 @@ def training_hooks(config: TrainingConfig) -> list[object] | None:
 
 def summary_writer(logdir: str | None, writer: object | None) -> FileWriter | None:
     """``writer`` when it is a :class:`FileWriter`; else ``logdir``'s shared writer."""
+    from ._writer import FileWriterCache
+
     if writer is not None:
         return _file_writer(writer)
     return None if logdir is None else FileWriterCache.get(logdir)
@@ -91,11 +96,15 @@ def summary_hooks(
     save_secs: float, summary_writer: object | None, output_dir: str | None
 ) -> list[object]:
     """A :class:`SummarySaverHook` writing every ``save_secs`` seconds."""
+    from ._hook import SummarySaverHook
+
     writer = None if summary_writer is None else _file_writer(summary_writer)
     return [SummarySaverHook(save_secs=save_secs, summary_writer=writer, output_dir=output_dir)]
 
 
 def _file_writer(writer: object) -> FileWriter:
+    from ._writer import FileWriter
+
     if not isinstance(writer, FileWriter):
         raise TypeError(f"got {type(writer).__name__}; pass a monitored_summaries.FileWriter")
     return writer

@@ -22,8 +22,8 @@ import numpy as np
 
 from monitored import is_device_array
 
-from ._encode import clean_tag
 from ._errors import SummaryNameError, SummaryValueError
+from ._tags import clean_tag
 
 __all__ = ["audio", "histogram", "hparams", "image", "scalar", "text"]
 
