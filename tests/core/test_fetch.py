@@ -205,6 +205,10 @@ def test_fetch_many_answers_each_request_in_its_own_structure() -> None:
     assert type(nested["s"][0]) is np.int64
     with pytest.raises(monitored.FetchError, match=r"^a, b asked to fetch 'nope' at step 4"):
         fetch_many([("nope", lambda: "a"), ({"n": "nope"}, lambda: "b")], {}, state)
+    with pytest.raises(monitored.FetchError, match=r"\['loss'\].*; did you mean 'loss'\?"):
+        fetch_many([("los", lambda: "a")], {"loss": 1.5}, state)
+    with pytest.raises(monitored.FetchError, match=r"; did you mean 'w'\?"):
+        fetch_many([("W", lambda: "a")], {"loss": 1.5}, state)
 
 
 def test_a_step_plan_knows_which_names_are_required_and_late() -> None:

@@ -30,6 +30,7 @@ transfer is started without waiting (:func:`~monitored._core._backend.start_devi
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -500,10 +501,13 @@ class StepPlan:
         askers = dict.fromkeys(
             plan.describe() for plan in self._required_by[self.names.index(name)]
         )
+        known = {str(key).lower(): key for key in [*outputs, *state]}
+        close = [known[k] for k in difflib.get_close_matches(name.lower(), known, n=1)]
         return FetchError(
             f"{', '.join(askers)} asked to fetch {name!r} at step {state.global_step}, but the "
-            f"step returned outputs {sorted(outputs)} and the state has entries {sorted(state)} "
-            f"(monitored.optional({name!r}) accepts a missing value as None)"
+            f"step returned outputs {sorted(outputs)} and the state has entries {sorted(state)}"
+            + (f"; did you mean {close[0]!r}?" if close else "")
+            + f" (monitored.optional({name!r}) accepts a missing value as None)"
         )
 
 

@@ -226,6 +226,27 @@ async def test_the_installed_plugin_ignores_steps_without_a_loss_and_takes_optio
 
 
 @pytest.mark.usefixtures("installed")
+async def test_a_loss_named_in_the_options_must_be_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A misspelled option must not silently turn the guard off.
+    monkeypatch.setenv("MONITORED_PLUGIN_OPTIONS", "nan_guard.loss=los")
+    with pytest.raises(monitored.FetchError, match="'los'.*did you mean 'loss'") as info:
+        await run_session([], loss_at(5), max_steps=10)
+    assert "plugin 'nan_guard'" in "\n".join(getattr(info.value, "__notes__", [str(info.value)]))
+
+
+@pytest.mark.usefixtures("installed")
+async def test_a_loss_named_in_the_options_is_guarded() -> None:
+    def total_at(state: monitored.TrainState) -> dict[str, Any]:
+        state.global_step += 1
+        return {"total": np.float32("nan" if state.global_step == 3 else 1.0)}
+
+    with pytest.raises(NanLossDuringTrainingError):
+        await run_session(
+            [], total_at, max_steps=10, plugin_options={"nan_guard": {"loss": "total"}}
+        )
+
+
+@pytest.mark.usefixtures("installed")
 async def test_the_installed_plugin_can_be_disabled() -> None:
     result = await run_session([], loss_at(2), max_steps=4, disable_plugins=["nan_guard"])
     assert result.state.global_step == 4

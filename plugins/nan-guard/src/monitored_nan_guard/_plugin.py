@@ -1,8 +1,10 @@
 """The ``nan_guard`` entry point: a :class:`NanTensorHook` in every session, installed.
 
 It watches ``monitored.optional("loss")`` by default, so scripts whose steps
-return no ``loss`` are not disturbed, and checks it with ``lag=1``: a loss on a
-device one step late, never making a step wait for the device (``lag`` option).
+return no ``loss`` are not disturbed; a name set with the ``loss`` option must be
+there (a misspelled option is an error, not a guard that is silently off). It
+checks it with ``lag=1``: a loss on a device one step late, never making a step
+wait for the device (``lag`` option).
 Options (``plugin_options={"nan_guard": {...}}`` or
 ``MONITORED_PLUGIN_OPTIONS="nan_guard.on_nan=stop"``) set what the hook's
 arguments set. One guard per session, whose ``before_run`` and ``after_run`` the
@@ -40,13 +42,16 @@ provides: Final = frozenset({"nan_guard"})
 #: An evaluation session trains nothing to guard (and has no checkpoints to roll back to).
 training_only: Final = True
 
+#: Watched when present: scripts whose steps return no ``loss`` are not disturbed.
+DEFAULT_LOSS: Final = "loss"
+
 #: The guard of each live session, by ``id(session)`` (removed when it is collected).
 _guards: dict[int, NanTensorHook] = {}
 
 
 def declare_options() -> list[monitored.Option]:
     return [
-        monitored.Option("loss", "loss", "the step output or state entry to watch"),
+        monitored.Option("loss", DEFAULT_LOSS, "the step output or state entry to watch"),
         monitored.Option("on_nan", "raise", "raise, stop or rollback on a divergence"),
         monitored.Option("fail_on_inf", False, "an infinite loss is a failure too"),
         monitored.Option(
@@ -64,8 +69,11 @@ def declare_options() -> list[monitored.Option]:
 
 def begin(session: MonitoredSession) -> None:
     options = session.options_for("nan_guard")
+    loss = options["loss"]
     guard = NanTensorHook(
-        monitored.optional(options["loss"]),
+        # The default may be absent (a script whose steps return no loss); a name
+        # the user chose must be there: a misspelling must not turn the guard off.
+        monitored.optional(loss) if loss == DEFAULT_LOSS else loss,
         on_nan=options["on_nan"],
         fail_on_inf=options["fail_on_inf"],
         check_state_every_n_steps=options["check_state_every_n_steps"],
