@@ -211,6 +211,22 @@ async def test_a_hook_watching_a_training_output_ignores_evaluation_results() ->
     assert hook.best is None
 
 
+async def test_watching_evaluations_that_never_come_is_a_warning_at_the_end(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("WARNING", logger="monitored")
+    hook = EarlyStoppingHook("accuracy", mode="max", every_n_steps=0)
+    await run_session([hook], losses_step(LOSSES), state=new_state(), max_steps=3)
+    [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "'accuracy' (every_n_steps=0), but no evaluation was reported" in warning
+    caplog.clear()
+    judged = EarlyStoppingHook("accuracy", mode="max", every_n_steps=0)
+    async with monitored.MonitoredSession(new_state(), hooks=[judged]) as sess:
+        await sess.run(losses_step(LOSSES))
+        await sess.report_evaluation(1, {"accuracy": 0.5})
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
 async def test_a_monitor_missing_from_the_first_evaluation_is_an_error_at_once() -> None:
     hook = EarlyStoppingHook("val_acuracy", mode="max", every_n_steps=0)
     with pytest.raises(MonitoredValueError, match="'val_acuracy' is not among.*step 1"):

@@ -129,6 +129,8 @@ class EarlyStoppingHook:
         self._next_check = 0
         self._due = False
         self._ema: float | None = None
+        #: Values judged by this hook object (an evaluation watcher that judged none warns).
+        self._judged = 0
         self._best_arrays: dict[str, np.ndarray[Any, Any]] | None = None
         #: Path of the exported best checkpoint (with ``best_checkpoint_dir``).
         self.best_checkpoint: str | None = None
@@ -189,6 +191,14 @@ class EarlyStoppingHook:
         return self._decide(session, step, value, run_context)
 
     async def end(self, session: MonitoredSession) -> None:
+        if not self.every_n_steps and not self._judged:
+            log.warning(
+                "EarlyStoppingHook: watched the evaluation metric %r (every_n_steps=0), but "
+                "no evaluation was reported to this session: nothing was judged. Evaluations "
+                "come from train_and_evaluate or an EvaluationHook; to watch a step output, "
+                "set every_n_steps",
+                self.monitor,
+            )
         if not self.restore_best or self.stopped_step is None:
             return  # Keras puts the best weights back only when it stopped training
         if self.best_checkpoint is not None:
@@ -265,6 +275,7 @@ class EarlyStoppingHook:
         value: float,
         run_context: SessionRunContext | None,
     ) -> Any:
+        self._judged += 1
         decision = self.rule.observe(step, value)
         if decision.stop:
             log.info(
