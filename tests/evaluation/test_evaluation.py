@@ -23,7 +23,7 @@ from monitored.evaluation import (
     evaluate_once,
     evaluate_repeatedly,
 )
-from monitored.evaluation._evaluate import default_summary_dir
+from monitored.evaluation._evaluate import _Checkpoints, default_summary_dir
 from monitored_checkpoint import Saver
 
 DATA = [(np.array([1.0, 2.0]), np.array([2.0, 4.0])), (np.array([3.0]), np.array([6.0]))]
@@ -288,21 +288,23 @@ def _logged(caplog: Any, level: str) -> list[str]:
 
 
 async def test_evaluate_repeatedly_skips_a_checkpoint_deleted_before_it_is_read(
-    tmp_path: Path, caplog: Any
+    tmp_path: Path, caplog: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _save(tmp_path, 2.0, 1)
-    rotated: list[int] = []
+    restore = _Checkpoints.restore
 
-    def state_fn() -> monitored.TrainState:
-        if not rotated:  # the trainer saves step 2 and rotates step 1 away, manifest first
-            rotated.append(1)
+    def rotated_first(self: _Checkpoints, state: monitored.TrainState, path: str) -> Any:
+        # Between the listing and the read, the trainer saves step 2 and rotates
+        # step 1 away, manifest first.
+        if path.endswith("-1"):
             _save(tmp_path, 3.0, 2)
             for file in _files(tmp_path, 1):
                 file.unlink()
-        return monitored.TrainState()
+        return restore(self, state, path)
 
+    monkeypatch.setattr(_Checkpoints, "restore", rotated_first)
     with caplog.at_level(logging.INFO, logger="monitored"):
-        results = await _follow(tmp_path, state_fn=state_fn)
+        results = await _follow(tmp_path)
     assert [r.global_step for r in results] == [2]
     [warning] = _logged(caplog, "WARNING")
     assert f"skipping checkpoint {tmp_path}/model.ckpt-1: it was deleted before it" in warning

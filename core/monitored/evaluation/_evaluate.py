@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import math
 import os
 from collections.abc import (
     AsyncIterable,
@@ -93,29 +94,63 @@ class EvaluationSession(MonitoredSession):
     _loads_training_only_plugins = False
 
 
+#: Picks, on the chief, the checkpoint to evaluate and restores it into the state
+#: given; ``None`` when there is none (left to evaluate).
+Pick = Callable[[TrainState], Awaitable["str | None"]]
+
+
 @final
 class _RestoreFromCheckpoint:
-    """Restores the evaluated state from one checkpoint, through the checkpoint plugin."""
+    """Restores the evaluated state from one checkpoint, through the checkpoint plugin.
 
-    __slots__ = ("path", "skip_unusable")
+    Only the chief restores (the session manager calls ``restore_state`` there)
+    and the other processes receive its state. The checkpoint is given
+    (``path``), or the chief picks it when the session is created (``pick``): the
+    newest usable one, the next one a follower yields. The chief's choice, or
+    that there is none and why, reaches every process with the chief's state
+    (``plugin_state``, which the cluster shares), so that all evaluate the same
+    checkpoint, or none, together: beside a trainer that is saving, processes
+    that each listed the directory could pick different ones.
+    """
+
+    __slots__ = ("nothing", "path", "pick", "picked")
 
     plugin_name = "evaluation-restore"
 
-    def __init__(self, path: str, skip_unusable: bool = False) -> None:
+    def __init__(self, path: str | None, pick: Pick | None = None) -> None:
         self.path = path
-        #: Whether a checkpoint gone, incomplete or damaged is raised as :class:`_Unusable`.
-        self.skip_unusable = skip_unusable
+        self.pick = pick
+        #: Whether the checkpoint is known (restored on the chief, or shared by it).
+        self.picked = pick is None
+        #: Why the chief picked none (the message of the error every process raises).
+        self.nothing = ""
 
-    async def restore_state(self, session: MonitoredSession) -> str:
-        checkpoint = _checkpoint_module("evaluate a checkpoint")
-        try:
-            checkpoint.restore(session.state, self.path)
-        except Exception as exc:
-            if self.skip_unusable and _is_unusable(checkpoint, exc):
-                raise _Unusable(self.path, exc) from exc
-            raise
+    async def restore_state(self, session: MonitoredSession) -> str | None:
+        if self.pick is not None:
+            self.path = await self.pick(session.state)
+            self.picked = True
+            if self.path is None:
+                return None
+        else:
+            assert self.path is not None
+            _checkpoint_module("evaluate a checkpoint").restore(session.state, self.path)
         log.info("Evaluating %s (step %d)", self.path, session.state.global_step)
         return self.path
+
+    def plugin_state(self, session: MonitoredSession) -> dict[str, Any] | None:
+        """The chief's pick, for the other processes (the cluster shares it)."""
+        if self.pick is None:
+            return None
+        return {"path": self.path, "nothing": self.nothing}
+
+    def load_plugin_state(
+        self, session: MonitoredSession, state: Mapping[str, Any], version: int
+    ) -> None:
+        """Take the chief's pick (on the other processes of a cluster)."""
+        path, nothing = state.get("path"), state.get("nothing")
+        if not (path is None or isinstance(path, str)) or not isinstance(nothing, str):
+            raise ValueError(f"the chief's pick of a checkpoint is malformed: {dict(state)!r}")
+        self.path, self.nothing, self.picked = path, nothing, True
 
 
 @final
@@ -197,19 +232,6 @@ class _Checkpoints:
             poll_secs=poll_secs,
         )
         return iterator
-
-
-class _Unusable(Exception):
-    """The checkpoint being evaluated could not be restored: gone, incomplete or damaged.
-
-    Raised only to the loops that pick checkpoints themselves (``checkpoint_dir``,
-    :func:`evaluate_repeatedly`), which skip it; never seen by a caller.
-    """
-
-    def __init__(self, path: str, error: BaseException) -> None:
-        super().__init__(f"{path}: {error}")
-        self.path = path
-        self.error = error
 
 
 def _is_unusable(checkpoint: Any, error: BaseException) -> bool:
@@ -384,43 +406,58 @@ async def evaluate_once(
     )
     if checkpoint_dir is not None:
         return await _evaluate_newest(os.fspath(checkpoint_dir), evaluate)
+    restorer = None
     if checkpoint_path is not None:
         _checkpoint_module("evaluate a checkpoint")
-        return await evaluate(os.fspath(checkpoint_path))
-    return await evaluate(None)
+        restorer = _RestoreFromCheckpoint(os.fspath(checkpoint_path))
+    result = await evaluate(restorer)
+    assert result is not None  # only a pick may find nothing
+    return result
 
 
 async def _evaluate_newest(
-    checkpoint_dir: str, evaluate: Callable[..., Awaitable[EvaluationResult]]
+    checkpoint_dir: str, evaluate: Callable[..., Awaitable[EvaluationResult | None]]
 ) -> EvaluationResult:
     """Evaluate the newest usable checkpoint of ``checkpoint_dir``.
 
     One that is deleted, incomplete or damaged when it is restored is skipped
     with a warning naming it and why, and the newest one left is evaluated:
     beside a trainer that keeps only its newest checkpoint, the one found may be
-    gone before it is read.
+    gone before it is read. The chief picks it (see :class:`_RestoreFromCheckpoint`).
     """
     checkpoint = _checkpoint_module("evaluate a checkpoint")
-    iterator = checkpoint.checkpoints_iterator(checkpoint_dir, timeout=0, poll_secs=0)
-    skipped: list[str] = []
-    async for path in iterator:  # each step polls once (timeout=0): it ends when none is left
-        try:
-            result: EvaluationResult = await evaluate(path, skip_unusable=True)
-        except _Unusable as exc:
-            iterator.reject(path, _reason(checkpoint, exc.error))
-            skipped.append(path)
-            continue
-        return result
-    if not skipped and not await anyio.Path(checkpoint_dir).exists():
-        raise NoCheckpointError(f"checkpoint directory {checkpoint_dir} does not exist")
-    raise NoCheckpointError(
-        f"checkpoint directory {checkpoint_dir} holds no checkpoint to evaluate "
-        + (
-            f"(skipped, unusable: {', '.join(skipped)})"
-            if skipped
-            else "(has training written one yet?)"
-        )
-    )
+
+    async def newest(state: TrainState) -> str | None:
+        iterator = checkpoint.checkpoints_iterator(checkpoint_dir, timeout=0, poll_secs=0)
+        skipped: list[str] = []
+        async for path in iterator:  # each step polls once (timeout=0): it ends when none is left
+            try:
+                checkpoint.restore(state, path)
+            except Exception as exc:
+                if not _is_unusable(checkpoint, exc):
+                    raise
+                iterator.reject(path, _reason(checkpoint, exc))
+                skipped.append(path)
+                continue
+            return path
+        if not skipped and not await anyio.Path(checkpoint_dir).exists():
+            restorer.nothing = f"checkpoint directory {checkpoint_dir} does not exist"
+        else:
+            restorer.nothing = (
+                f"checkpoint directory {checkpoint_dir} holds no checkpoint to evaluate "
+                + (
+                    f"(skipped, unusable: {', '.join(skipped)})"
+                    if skipped
+                    else "(has training written one yet?)"
+                )
+            )
+        return None
+
+    restorer = _RestoreFromCheckpoint(None, pick=newest)
+    result = await evaluate(restorer, summary_from=checkpoint_dir)
+    if result is None:
+        raise NoCheckpointError(restorer.nothing)
+    return result
 
 
 def _reason(checkpoint: Any, error: BaseException) -> str:
@@ -433,9 +470,10 @@ def _reason(checkpoint: Any, error: BaseException) -> str:
 async def _evaluate(
     eval_fn: StepFn,
     metrics: Mapping[str, Metric],
-    path: str | None,
+    restorer: _RestoreFromCheckpoint | None,
     *,
-    skip_unusable: bool = False,
+    summary_from: str | None = None,
+    max_wait_secs: float = 7200,
     input: Iterable[Any] | AsyncIterable[Any] | None,
     state: TrainState | None,
     eval_steps: int | None,
@@ -447,15 +485,17 @@ async def _evaluate(
     disable_plugins: Iterable[str],
     plugin_options: Mapping[str, Mapping[str, Any]] | None,
     sharded: bool,
-) -> EvaluationResult:
-    """:func:`evaluate_once` of the checkpoint at ``path`` (``None``: of ``state`` as it is).
+) -> EvaluationResult | None:
+    """:func:`evaluate_once` of the checkpoint ``restorer`` restores (``None``: of ``state``).
 
-    With ``skip_unusable``, a checkpoint that cannot be restored because it is
-    gone, incomplete or damaged raises :class:`_Unusable`, before the input is
-    read or any step runs.
+    Summaries go to ``summary_dir``, else to ``eval`` beside the checkpoint
+    (in ``summary_from``, where the checkpoint is picked from). Returns ``None``
+    when the restorer picked no checkpoint: then no step ran, on any process.
+    Workers wait for the chief's state at most ``max_wait_secs``.
     """
-    if path is not None and summary_dir is None:
-        summary_dir = default_summary_dir(os.path.dirname(path))
+    if restorer is not None and summary_dir is None:
+        where = summary_from if summary_from is not None else os.path.dirname(restorer.path or "")
+        summary_dir = default_summary_dir(where)
     eval_state = state if state is not None else TrainState()
 
     for metric in metrics.values():
@@ -463,8 +503,12 @@ async def _evaluate(
     stopper = _StopAfterNEvals(eval_steps)
     final = FinalOpsHook(final_ops, final_ops_feed_dict) if final_ops is not None else None
     session_hooks: list[object] = []
-    if path is not None:
-        session_hooks.append(_RestoreFromCheckpoint(path, skip_unusable))
+    if restorer is not None:
+        session_hooks.append(restorer)
+        if scaffold is None or scaffold.init_fn is None:
+            # The chief's restore creates the arrays: the other processes of a
+            # cluster create them from the chief's, as it does for an init_fn's.
+            scaffold = Scaffold(init_fn=_filled_by_the_restore, copy_from_scaffold=scaffold)
     session_hooks += [*hooks, stopper]
     if final is not None:
         session_hooks.append(final)
@@ -483,6 +527,7 @@ async def _evaluate(
         disable_plugins=disable_plugins,
         plugin_options=plugin_options,
         training_config=config,
+        max_wait_secs=max_wait_secs,
     )
     # Sharded, this loop decides where each process's input ends: an input
     # pipeline among the hooks must not stop every process at the shortest shard.
@@ -492,6 +537,8 @@ async def _evaluate(
         session._inputs_counted_by_loop = (*counted, *feeding)
     values: dict[str, float] = {}
     async with session as sess:
+        if restorer is not None and not _picked(restorer, sess):
+            return None
         iterator = _batches(input)
         # Sharded over several processes, shards may differ in length: before each
         # step the processes count who still has a batch; one whose shard is done
@@ -551,9 +598,29 @@ async def _evaluate(
         metrics=values,
         global_step=step,
         steps=stopper.done,
-        checkpoint_path=path,
+        checkpoint_path=restorer.path if restorer is not None else None,
         final_ops_values=final.final_ops_values if final is not None else None,
     )
+
+
+def _filled_by_the_restore(state: TrainState) -> None:
+    """The ``init_fn`` of an evaluation of a checkpoint: the chief's restore fills the state."""
+
+
+def _picked(restorer: _RestoreFromCheckpoint, session: MonitoredSession) -> bool:
+    """Whether the restorer has a checkpoint to evaluate; ``False``: none, on every process.
+
+    A cluster that does not share the chief's plugin states with the other
+    processes cannot tell them the chief's pick: that is an error naming it.
+    """
+    if not restorer.picked:
+        raise RuntimeError(
+            f"the cluster {type(session.cluster).__name__} did not share the chief's plugin "
+            "states (its share_state must load them on every process with "
+            "session.load_plugin_states), so this process does not know which checkpoint "
+            "the chief evaluates"
+        )
+    return restorer.path is not None
 
 
 def _any_process_has_input(session: MonitoredSession, has_input: bool) -> bool:
@@ -664,27 +731,36 @@ async def evaluate_repeatedly(
     )
     if "summary_dir" not in kwargs:
         kwargs["summary_dir"] = default_summary_dir(os.fspath(checkpoint_dir))
-    async for path in iterator:
-        result = await _evaluate_arriving(
-            checkpoint,
-            path,
-            poll_secs,
-            lambda path: _evaluate(
-                eval_fn,
-                metrics,
-                path,
-                skip_unusable=True,
-                **{
-                    **_EVALUATE_DEFAULTS,
-                    **kwargs,
-                    "input": input_fn() if input_fn is not None else None,
-                    "state": state_fn() if state_fn is not None else None,
-                },
-            ),
+
+    async def next_checkpoint(state: TrainState) -> str | None:
+        """The next new checkpoint that restores into ``state`` (the chief's pick)."""
+        while True:
+            try:
+                path = await iterator.__anext__()
+            except StopAsyncIteration:
+                return None
+            error = await _restore_arriving(checkpoint, state, path, poll_secs)
+            if error is None:
+                return path
+            iterator.reject(path, _reason(checkpoint, error))
+
+    while True:
+        result = await _evaluate(
+            eval_fn,
+            metrics,
+            _RestoreFromCheckpoint(None, pick=next_checkpoint),
+            summary_from=os.fspath(checkpoint_dir),
+            # The other processes wait for the chief's next checkpoint, as long as it does.
+            max_wait_secs=math.inf,
+            **{
+                **_EVALUATE_DEFAULTS,
+                **kwargs,
+                "input": input_fn() if input_fn is not None else None,
+                "state": state_fn() if state_fn is not None else None,
+            },
         )
-        if isinstance(result, _Unusable):
-            iterator.reject(path, _reason(checkpoint, result.error))
-            continue
+        if result is None:
+            break
         results.append(result)
         if on_result is not None:
             done = on_result(result)
@@ -698,28 +774,29 @@ async def evaluate_repeatedly(
     return results
 
 
-async def _evaluate_arriving(
-    checkpoint: Any,
-    path: str,
-    wait: float,
-    evaluate: Callable[[str], Awaitable[EvaluationResult]],
-) -> EvaluationResult | _Unusable:
-    """Evaluate ``path``; if it is incomplete or damaged, once more ``wait`` seconds later.
+async def _restore_arriving(
+    checkpoint: _Checkpoints, state: TrainState, path: str, wait: float
+) -> BaseException | None:
+    """Restore ``path`` into ``state``; if incomplete or damaged, once more ``wait`` s later.
 
     A checkpoint still arriving (copied file by file) may be complete by then;
-    one deleted is not tried again. Returns the :class:`_Unusable` of the last
-    try when it cannot be evaluated.
+    one deleted is not tried again. Returns the error of the last try when it
+    is unusable (gone, incomplete or damaged); any other error is raised.
     """
     try:
-        return await evaluate(path)
-    except _Unusable as exc:
-        if isinstance(exc.error, checkpoint.CheckpointNotFoundError):
+        checkpoint.restore(state, path)
+        return None
+    except Exception as exc:
+        if not _is_unusable(checkpoint, exc):
+            raise
+        if isinstance(exc, checkpoint.CheckpointNotFoundError):
             return exc
-        log.info(
-            "Checkpoint %s is not readable (%s); trying it again in %g s", path, exc.error, wait
-        )
+        log.info("Checkpoint %s is not readable (%s); trying it again in %g s", path, exc, wait)
     await anyio.sleep(wait)
     try:
-        return await evaluate(path)
-    except _Unusable as exc:
+        checkpoint.restore(state, path)
+    except Exception as exc:
+        if not _is_unusable(checkpoint, exc):
+            raise
         return exc
+    return None
