@@ -375,6 +375,10 @@ async def evaluate_once(
     step or eval hook that calls collectives cannot take uneven shards. Alone, it
     changes nothing.
 
+    In a distributed job the chief picks the checkpoint of ``checkpoint_dir``
+    and restores it; its state and its choice reach every process, so all
+    evaluate that one checkpoint (or all raise the same :class:`NoCheckpointError`).
+
     Raises :class:`NoMetricUpdatesError` when a step updated no metric,
     :class:`NoCheckpointError` when ``checkpoint_dir`` holds no usable checkpoint,
     :class:`~monitored.MissingPluginError` when evaluating a checkpoint without
@@ -709,7 +713,9 @@ async def evaluate_repeatedly(
     is named once in a warning with the reason, and the loop goes on with the
     next checkpoint; a skipped one is tried again only if its files change.
     Only complete checkpoints, their sizes and checksums verified, are
-    evaluated. Summaries go to ``<checkpoint_dir>/eval`` unless ``summary_dir=``
+    evaluated. In a distributed job (``mpiexec`` with ``monitored-mpi``) the
+    chief follows the directory and the other processes evaluate each
+    checkpoint it picks, with it, waiting for the next one as long as it does. Summaries go to ``<checkpoint_dir>/eval`` unless ``summary_dir=``
     says otherwise; an evaluator that may only read ``checkpoint_dir`` writes
     none, and says so once.
     """

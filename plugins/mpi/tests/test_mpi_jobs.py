@@ -339,7 +339,8 @@ def test_a_sharded_evaluator_beside_a_live_trainer_evaluates_one_checkpoint_on_e
     try:
         proc, results = run_mpi(2, script.name, mode, str(ckpt_dir), env={"EVALUATIONS": "40"})
     finally:
-        trainer.kill() if mode == "once" else None
+        if mode == "once":
+            trainer.kill()
         trainer_output = trainer.communicate(timeout=60)[0]
     _ok(proc)
     assert sorted(results) == [0, 1]
@@ -352,3 +353,42 @@ def test_a_sharded_evaluator_beside_a_live_trainer_evaluates_one_checkpoint_on_e
     if mode == "repeatedly":
         assert trainer.returncode == 0, trainer_output
         assert evaluated[-1][1] == 1_000_000
+
+
+def test_a_checkpoint_damaged_on_the_chief_is_skipped_by_every_rank(
+    run_mpi: Any, tmp_path: Path
+) -> None:
+    from monitored_checkpoint import Saver
+
+    import monitored
+
+    ckpt_dir = tmp_path / "ckpt"
+    for step in (1, 2):
+        state = monitored.TrainState({"w": np.full(1000, float(step))}, global_step=step)
+        Saver().save(state, str(ckpt_dir / "model.ckpt"))
+    data = ckpt_dir / "model.ckpt-2.safetensors"
+    data.write_bytes(data.read_bytes()[:-1] + b"x")
+    proc, results = run_mpi(
+        2, "evaluate_beside_trainer.py", "once", str(ckpt_dir), env={"EVALUATIONS": "2"}
+    )
+    _ok(proc)
+    evaluated = [[str(ckpt_dir / "model.ckpt-1"), 1, 1.0]] * 2  # fresh and template states
+    assert results == {0: evaluated, 1: evaluated}
+    # One warning per evaluation: the chief's, which alone reads the checkpoints.
+    assert proc.stderr.count("skipping checkpoint") == 2, proc.stderr
+
+
+def test_no_checkpoint_to_evaluate_is_the_same_error_on_every_rank(
+    run_mpi: Any, tmp_path: Path
+) -> None:
+    ckpt_dir = tmp_path / "ckpt"
+    ckpt_dir.mkdir()
+    (ckpt_dir / "model.ckpt-3.json").write_text("{not json")  # unusable, and the only one
+    proc, results = run_mpi(
+        2, "evaluate_beside_trainer.py", "once", str(ckpt_dir), env={"EVALUATIONS": "1"}
+    )
+    _ok(proc)
+    assert results[0] == results[1]
+    [[kind, message]] = results[0]
+    assert kind == "none"
+    assert f"checkpoint directory {ckpt_dir} holds no checkpoint to evaluate" in message
