@@ -134,6 +134,64 @@ async def test_a_sharded_evaluation_alone_changes_nothing() -> None:
     assert result.metrics == {"mse": 0.0, "mean_pred": 4.0}
 
 
+class _Worker(StandInCluster):
+    """This process is not the chief; the chief's state and plugin states are ``shared``."""
+
+    is_chief = False
+
+    def __init__(self, shared: dict[str, Any] | None) -> None:
+        super().__init__()
+        self.shared = shared
+
+    async def share_state(self, session: Any, max_wait_secs: float) -> None:
+        session.state.add("w", np.array([3.0]))
+        session.state.global_step = 2
+        session.state.initialized = True
+        if self.shared is not None:  # else a cluster that shares no plugin states
+            await session.load_plugin_states(self.shared)
+
+
+async def test_a_worker_evaluates_the_checkpoint_the_chief_picked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # This worker sees only step 1; the chief picked step 2, which it evaluates.
+    _save(tmp_path, 2.0, 1)
+    picked = str(tmp_path / "model.ckpt-2")
+    shared = {"evaluation-restore": {"version": 1, "state": {"path": picked, "nothing": ""}}}
+    install_cluster(monkeypatch, _Worker(shared))
+    result = await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
+    assert (result.checkpoint_path, result.global_step) == (picked, 2)
+    assert result.metrics["mean_pred"] == pytest.approx(3.0 * 2.0)  # w * mean of x 1, 2, 3
+
+
+async def test_a_worker_raises_the_chiefs_no_checkpoint_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _save(tmp_path, 2.0, 1)  # this worker sees one; the chief found none usable
+    state = {"path": None, "nothing": "the chief's reason"}
+    install_cluster(monkeypatch, _Worker({"evaluation-restore": {"version": 1, "state": state}}))
+    with pytest.raises(NoCheckpointError, match="^the chief's reason$"):
+        await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("shared", "match"),
+    [
+        (None, "_Worker did not share the chief's plugin states"),
+        ({"path": 3, "nothing": ""}, "the chief's pick of a checkpoint is malformed"),
+        ({"path": None}, "the chief's pick of a checkpoint is malformed"),
+    ],
+)
+async def test_a_worker_without_the_chiefs_pick_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared: Any, match: str
+) -> None:
+    _save(tmp_path, 2.0, 1)
+    given = None if shared is None else {"evaluation-restore": {"version": 1, "state": shared}}
+    install_cluster(monkeypatch, _Worker(given))
+    with pytest.raises((RuntimeError, ValueError), match=match):
+        await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
+
+
 async def test_eval_steps_and_final_ops() -> None:
     state = monitored.TrainState({"w": np.array([1.0])})
     result = await evaluate_once(

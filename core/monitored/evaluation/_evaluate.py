@@ -715,9 +715,10 @@ async def evaluate_repeatedly(
     Only complete checkpoints, their sizes and checksums verified, are
     evaluated. In a distributed job (``mpiexec`` with ``monitored-mpi``) the
     chief follows the directory and the other processes evaluate each
-    checkpoint it picks, with it, waiting for the next one as long as it does. Summaries go to ``<checkpoint_dir>/eval`` unless ``summary_dir=``
-    says otherwise; an evaluator that may only read ``checkpoint_dir`` writes
-    none, and says so once.
+    checkpoint it picks, with it, waiting for the next one as long as it does.
+    Summaries go to ``<checkpoint_dir>/eval`` unless ``summary_dir=`` says
+    otherwise; an evaluator that may only read ``checkpoint_dir`` writes none,
+    and says so once.
     """
     if max_number_of_evaluations is not None and max_number_of_evaluations <= 0:
         raise ValueError(

@@ -358,9 +358,8 @@ def test_a_sharded_evaluator_beside_a_live_trainer_evaluates_one_checkpoint_on_e
 def test_a_checkpoint_damaged_on_the_chief_is_skipped_by_every_rank(
     run_mpi: Any, tmp_path: Path
 ) -> None:
-    from monitored_checkpoint import Saver
-
     import monitored
+    from monitored_checkpoint import Saver
 
     ckpt_dir = tmp_path / "ckpt"
     for step in (1, 2):
