@@ -240,8 +240,15 @@ def _state_file_is_foreign(store: Store, names: Sequence[str]) -> bool:
 
 
 def _holds_our_checkpoints(store: Store, names: Sequence[str]) -> bool:
-    """Whether the directory holds a manifest this package wrote."""
-    return any(_is_our_manifest(store, n + MANIFEST_SUFFIX) for n in _manifest_names(store, names))
+    """Whether the directory holds a manifest this package wrote.
+
+    Read newest first, complete checkpoints before incomplete ones, up to the first of ours.
+    """
+    complete, incomplete = _by_completeness(names, ())
+    return any(
+        _is_our_manifest(store, name + MANIFEST_SUFFIX)
+        for name in [*complete, *(entry.name for entry in incomplete)]
+    )
 
 
 def checkpoint_state(checkpoint_dir: str | os.PathLike[str]) -> CheckpointState | None:
@@ -526,6 +533,17 @@ def restore_latest(
     session's ``load_plugin_states`` takes; a checkpoint where one does not is
     damaged (the plugin named) and skipped like any other.
 
+    What it reads is what it needs: the listing, the state file, and the
+    checkpoints it tries, newest first, until one restores. Only checkpoints
+    whose manifest and data file are both listed are tried; the others (a
+    manifest whose data file is missing, a name in the state file without a
+    manifest) are named from the listing, unread: a directory flooded with
+    manifests, or a state file naming thousands of checkpoints, costs no read
+    per file. Those newer than the checkpoint restored are named in one
+    warning; a manifest is read only when nothing restores, to tell a directory
+    of ours whose checkpoints are all incomplete (an error) from stray files (a
+    fresh start), and only up to the first one of ours.
+
     A state file this package did not write makes the directory foreign only
     when it holds no checkpoint of ours; otherwise it is damage, reported and
     ignored, and the directory's own listing decides.
@@ -534,7 +552,6 @@ def restore_latest(
     names = store.list()
     if not names:
         return None
-    candidates: list[str] = []
     failures: list[tuple[str, str]] = []
     saved: CheckpointState | None = None
     if _state_file_is_foreign(store, names):
@@ -550,9 +567,14 @@ def restore_latest(
             failures.append(
                 (store.path(STATE_FILENAME), f"the state file cannot be parsed ({exc})")
             )
-    if saved is not None:
-        candidates += reversed(saved.names)
-    candidates += [n for n in _manifest_names(store, names) if n not in candidates]
+    # Only checkpoints whose two files are listed are read, the state file's
+    # newest first: the incomplete ones are named from the listing, unread, so a
+    # directory flooded with manifests (or a state file naming thousands) costs
+    # the listing and the checkpoint restored.
+    complete, incomplete = _by_completeness(names, saved.names if saved is not None else ())
+    saved_names = saved.names if saved is not None else ()
+    candidates = [n for n in reversed(saved_names) if n in complete]
+    candidates += [n for n in complete if n not in candidates]
     for name in candidates:
         try:
             manifest = read_manifest(store, name)
@@ -563,19 +585,43 @@ def restore_latest(
         except (CorruptCheckpointError, CheckpointNotFoundError) as exc:
             failures.append((store.path(name), str(exc)))
             continue
+        instead = f"restoring the older {manifest.path} (step {manifest.step}) instead"
         for where, why in failures:
             warnings.warn(
-                f"skipping checkpoint {where}: {why}; restoring the older {manifest.path} "
-                f"(step {manifest.step}) instead",
+                f"skipping checkpoint {where}: {why}; {instead}",
+                CorruptCheckpointWarning,
+                stacklevel=2,
+            )
+        restored = _prefix(name)
+        newer = [e for e in incomplete if e.step > manifest.step and _prefix(e.name) == restored]
+        if newer:
+            warnings.warn(
+                f"skipping {_describe(store, newer)}; {instead}",
                 CorruptCheckpointWarning,
                 stacklevel=2,
             )
         return manifest
-    if candidates:
-        listing = "\n".join(f"  {where}: {why}" for where, why in failures)
+    # Which series of names are checkpoints: those tried, those of the state file,
+    # else that of the newest incomplete manifest that is ours (read up to it).
+    series = {_prefix(name) for name in [*candidates, *saved_names]}
+    if not series:
+        ours = next(
+            (
+                entry
+                for entry in incomplete
+                if entry.has_manifest and _is_our_manifest(store, entry.name + MANIFEST_SUFFIX)
+            ),
+            None,
+        )
+        series = set() if ours is None else {_prefix(ours.name)}
+    if series:
+        listing = "".join(f"\n  {where}: {why}" for where, why in failures)
+        shown = [entry for entry in incomplete if _prefix(entry.name) in series]
+        if shown:
+            listing += f"\n  {_describe(store, shown)}"
         raise NoValidCheckpointError(
             f"checkpoint directory {store.url} holds checkpoints, but none can be restored; "
-            f"refusing to start afresh over them:\n{listing}"
+            f"refusing to start afresh over them:{listing}"
         )
     foreign = _foreign_files(store, names)
     if foreign:
@@ -583,6 +629,76 @@ def restore_latest(
     for where, why in failures:
         warnings.warn(f"ignoring {where}: {why}", CorruptCheckpointWarning, stacklevel=2)
     return None
+
+
+#: How many incomplete checkpoints a warning or an error names one by one.
+_NAMED_INCOMPLETE: Final = 10
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Incomplete:
+    """A checkpoint of the listing or the state file that lacks one of its two files."""
+
+    step: int
+    name: str
+    has_manifest: bool
+
+    def why(self) -> str:
+        if self.has_manifest:
+            data = self.name + DATA_SUFFIX
+            return f"is incomplete: the data file is missing ({data} is not listed)"
+        return f"does not exist: no manifest {self.name}{MANIFEST_SUFFIX} is listed"
+
+
+def _by_completeness(
+    names: Sequence[str], saved_names: Sequence[str]
+) -> tuple[list[str], list[_Incomplete]]:
+    """The complete checkpoints (both files listed) and the incomplete ones, newest first.
+
+    Decided from the listing (and the names in the state file) alone: nothing is read.
+    """
+    present = set(names)
+    manifests = {
+        file[: -len(MANIFEST_SUFFIX)]
+        for file in names
+        if file.endswith(MANIFEST_SUFFIX) and not file.startswith(".")
+    }
+    complete: list[tuple[int, str]] = []
+    incomplete: dict[str, _Incomplete] = {}
+    for name in manifests:
+        step = step_of(name)
+        if step is None:
+            continue
+        if name + DATA_SUFFIX in present:
+            complete.append((step, name))
+        else:
+            incomplete[name] = _Incomplete(step, name, has_manifest=True)
+    for name in saved_names:
+        step = step_of(name)
+        if step is not None and name not in manifests and is_plain_name(name):
+            incomplete[name] = _Incomplete(step, name, has_manifest=False)
+    ordered = sorted(incomplete.values(), key=lambda entry: (entry.step, entry.name), reverse=True)
+    return [name for _, name in sorted(complete, reverse=True)], ordered
+
+
+def _prefix(name: str) -> str:
+    """The series of a checkpoint name: ``model.ckpt`` of ``model.ckpt-5``."""
+    return name.rpartition("-")[0]
+
+
+def _describe(store: Store, incomplete: Sequence[_Incomplete]) -> str:
+    """``incomplete`` for a warning or an error: the newest few by name, then a count."""
+    if len(incomplete) == 1:
+        return f"checkpoint {store.path(incomplete[0].name)} {incomplete[0].why()}"
+    shown = incomplete[:_NAMED_INCOMPLETE]
+    more = len(incomplete) - len(shown)
+    return (
+        f"{len(incomplete)} incomplete checkpoints in {store.url} ("
+        + "; ".join(f"{entry.name} {entry.why()}" for entry in shown)
+        + (f"; and {more} more" if more else "")
+        + ")"
+    )
 
 
 def _foreign_files(store: Store, names: Sequence[str]) -> list[str]:
