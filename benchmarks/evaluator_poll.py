@@ -86,7 +86,8 @@ def _resume(directory: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CorruptCheckpointWarning)  # the flood, named once
         manifest = restore_latest(state, directory)
-    assert manifest is not None and manifest.step == 5
+    assert manifest is not None
+    assert manifest.step == 5
 
 
 def _read_every_manifest(directory: str) -> None:
