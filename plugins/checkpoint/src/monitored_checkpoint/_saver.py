@@ -16,6 +16,7 @@ checkpoints, is an error rather than a silent fresh start.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ import time
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, final
+from typing import Any, Final, NamedTuple, final
 
 import anyio
 import anyio.to_thread
@@ -244,10 +245,10 @@ def _holds_our_checkpoints(store: Store, names: Sequence[str]) -> bool:
 
     Read newest first, complete checkpoints before incomplete ones, up to the first of ours.
     """
-    complete, incomplete = _by_completeness(names, ())
+    listing = _Listing(names, ())
     return any(
         _is_our_manifest(store, name + MANIFEST_SUFFIX)
-        for name in [*complete, *(entry.name for entry in incomplete)]
+        for name in [*listing.complete, *(entry.name for entry in listing.incomplete())]
     )
 
 
@@ -571,9 +572,11 @@ def restore_latest(
     # newest first: the incomplete ones are named from the listing, unread, so a
     # directory flooded with manifests (or a state file naming thousands) costs
     # the listing and the checkpoint restored.
-    complete, incomplete = _by_completeness(names, saved.names if saved is not None else ())
     saved_names = saved.names if saved is not None else ()
-    candidates = [n for n in reversed(saved_names) if n in complete]
+    listing = _Listing(names, saved_names)
+    complete = listing.complete
+    listed = set(complete)
+    candidates = [n for n in reversed(saved_names) if n in listed]
     candidates += [n for n in complete if n not in candidates]
     for name in candidates:
         try:
@@ -592,17 +595,17 @@ def restore_latest(
                 CorruptCheckpointWarning,
                 stacklevel=2,
             )
-        restored = _prefix(name)
-        newer = [e for e in incomplete if e.step > manifest.step and _prefix(e.name) == restored]
+        newer, count = listing.newer(_prefix(name), manifest.step)
         if newer:
             warnings.warn(
-                f"skipping {_describe(store, newer)}; {instead}",
+                f"skipping {_describe(store, newer, count)}; {instead}",
                 CorruptCheckpointWarning,
                 stacklevel=2,
             )
         return manifest
     # Which series of names are checkpoints: those tried, those of the state file,
     # else that of the newest incomplete manifest that is ours (read up to it).
+    incomplete = listing.incomplete()
     series = {_prefix(name) for name in [*candidates, *saved_names]}
     if not series:
         ours = next(
@@ -615,13 +618,13 @@ def restore_latest(
         )
         series = set() if ours is None else {_prefix(ours.name)}
     if series:
-        listing = "".join(f"\n  {where}: {why}" for where, why in failures)
+        lines = "".join(f"\n  {where}: {why}" for where, why in failures)
         shown = [entry for entry in incomplete if _prefix(entry.name) in series]
         if shown:
-            listing += f"\n  {_describe(store, shown)}"
+            lines += f"\n  {_describe(store, shown[:_NAMED_INCOMPLETE], len(shown))}"
         raise NoValidCheckpointError(
             f"checkpoint directory {store.url} holds checkpoints, but none can be restored; "
-            f"refusing to start afresh over them:{listing}"
+            f"refusing to start afresh over them:{lines}"
         )
     foreign = _foreign_files(store, names)
     if foreign:
@@ -633,12 +636,15 @@ def restore_latest(
 
 #: How many incomplete checkpoints a warning or an error names one by one.
 _NAMED_INCOMPLETE: Final = 10
+#: The most digits of a step in a checkpoint name (as ``step_of`` reads them).
+_MAX_STEP_DIGITS: Final = 20
 
 
-@final
-@dataclass(frozen=True, slots=True)
-class _Incomplete:
-    """A checkpoint of the listing or the state file that lacks one of its two files."""
+class _Incomplete(NamedTuple):
+    """A checkpoint of the listing or the state file that lacks one of its two files.
+
+    A tuple (step first), so that thousands of them sort fast, newest first.
+    """
 
     step: int
     name: str
@@ -651,35 +657,63 @@ class _Incomplete:
         return f"does not exist: no manifest {self.name}{MANIFEST_SUFFIX} is listed"
 
 
-def _by_completeness(
-    names: Sequence[str], saved_names: Sequence[str]
-) -> tuple[list[str], list[_Incomplete]]:
-    """The complete checkpoints (both files listed) and the incomplete ones, newest first.
+@final
+class _Listing:
+    """The checkpoints of a listing: complete (both files listed) or incomplete.
 
-    Decided from the listing (and the names in the state file) alone: nothing is read.
+    Decided from the listing (and the names in the state file) alone: nothing
+    is read. Steps are parsed only of the names asked about, so that the
+    incomplete ones of a series cost a string test each.
     """
-    present = set(names)
-    manifests = {
-        file[: -len(MANIFEST_SUFFIX)]
-        for file in names
-        if file.endswith(MANIFEST_SUFFIX) and not file.startswith(".")
-    }
-    complete: list[tuple[int, str]] = []
-    incomplete: dict[str, _Incomplete] = {}
-    for name in manifests:
-        step = step_of(name)
-        if step is None:
-            continue
-        if name + DATA_SUFFIX in present:
-            complete.append((step, name))
-        else:
-            incomplete[name] = _Incomplete(step, name, has_manifest=True)
-    for name in saved_names:
-        step = step_of(name)
-        if step is not None and name not in manifests and is_plain_name(name):
-            incomplete[name] = _Incomplete(step, name, has_manifest=False)
-    ordered = sorted(incomplete.values(), key=lambda entry: (entry.step, entry.name), reverse=True)
-    return [name for _, name in sorted(complete, reverse=True)], ordered
+
+    __slots__ = ("_data_less", "_unlisted", "complete")
+
+    def __init__(self, names: Sequence[str], saved_names: Sequence[str]) -> None:
+        manifests = {
+            file[: -len(MANIFEST_SUFFIX)]
+            for file in names
+            if file.endswith(MANIFEST_SUFFIX) and not file.startswith(".")
+        }
+        data = {file[: -len(DATA_SUFFIX)] for file in names if file.endswith(DATA_SUFFIX)}
+        steps = ((step_of(name), name) for name in manifests & data)
+        #: The complete checkpoints, newest first.
+        self.complete = [name for step, name in sorted(steps, reverse=True) if step is not None]
+        self._data_less = manifests - data
+        self._unlisted = {
+            name for name in saved_names if name not in manifests and is_plain_name(name)
+        }
+
+    def incomplete(self) -> list[_Incomplete]:
+        """Every incomplete checkpoint, newest first."""
+        found = [
+            _Incomplete(step, name, has_manifest)
+            for names, has_manifest in ((self._data_less, True), (self._unlisted, False))
+            for name in names
+            if (step := step_of(name)) is not None
+        ]
+        return sorted(found, reverse=True)
+
+    def newer(self, series: str, step: int) -> tuple[list[_Incomplete], int]:
+        """The newest few incomplete checkpoints of ``series`` after ``step``, and their count.
+
+        A string test per name: a flood of thousands costs little more than its listing.
+        """
+        start = len(series) + 1
+        found: list[tuple[int, str, bool]] = []
+        for names, has_manifest in ((self._data_less, True), (self._unlisted, False)):
+            for name in names:
+                digits = name[start:]
+                if (
+                    name.startswith(series)
+                    and name[start - 1 : start] == "-"
+                    and digits.isdigit()
+                    and digits.isascii()
+                    and len(digits) <= _MAX_STEP_DIGITS
+                    and int(digits) > step
+                ):
+                    found.append((int(digits), name, has_manifest))
+        newest = heapq.nlargest(_NAMED_INCOMPLETE, found)
+        return [_Incomplete(*entry) for entry in newest], len(found)
 
 
 def _prefix(name: str) -> str:
@@ -687,14 +721,13 @@ def _prefix(name: str) -> str:
     return name.rpartition("-")[0]
 
 
-def _describe(store: Store, incomplete: Sequence[_Incomplete]) -> str:
-    """``incomplete`` for a warning or an error: the newest few by name, then a count."""
-    if len(incomplete) == 1:
-        return f"checkpoint {store.path(incomplete[0].name)} {incomplete[0].why()}"
-    shown = incomplete[:_NAMED_INCOMPLETE]
-    more = len(incomplete) - len(shown)
+def _describe(store: Store, shown: Sequence[_Incomplete], count: int) -> str:
+    """``count`` incomplete checkpoints for a warning or an error, the newest ``shown`` named."""
+    if count == 1:
+        return f"checkpoint {store.path(shown[0].name)} {shown[0].why()}"
+    more = count - len(shown)
     return (
-        f"{len(incomplete)} incomplete checkpoints in {store.url} ("
+        f"{count} incomplete checkpoints in {store.url} ("
         + "; ".join(f"{entry.name} {entry.why()}" for entry in shown)
         + (f"; and {more} more" if more else "")
         + ")"
