@@ -695,7 +695,10 @@ def test_restore_latest_reads_only_the_checkpoint_it_restores_in_a_flooded_direc
     assert len(opened) <= 5, opened
     # The skipped ones are named from the listing, a few of them, in one warning.
     [message] = [str(w.message) for w in caught if "incomplete" in str(w.message)]
-    assert "model.ckpt-10099 is incomplete: the data file is missing (model.ckpt-10099.safetensors" in message
+    assert (
+        "model.ckpt-10099 is incomplete: the data file is missing (model.ckpt-10099.safetensors"
+        in message
+    )
     assert "and 9990 more" in message
     assert "restoring the older" in message
 
@@ -711,7 +714,9 @@ def test_restore_latest_of_a_flood_without_a_checkpoint_reads_one_manifest(
     with pytest.raises(NoValidCheckpointError, match="none can be restored") as raised:
         restore_latest(TrainState({"w": np.zeros(2)}), ckpt_dir)
     assert opened == ["model.ckpt-10099.json"]
-    assert "model.ckpt-10099 is incomplete: the data file is missing (model.ckpt-10099." in str(raised.value)
+    assert "model.ckpt-10099 is incomplete: the data file is missing (model.ckpt-10099." in str(
+        raised.value
+    )
     assert "and 9990 more" in str(raised.value)
 
 

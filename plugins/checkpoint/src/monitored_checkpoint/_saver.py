@@ -549,11 +549,32 @@ def restore_latest(
     when it holds no checkpoint of ours; otherwise it is damage, reported and
     ignored, and the directory's own listing decides.
     """
+    manifest, skipped = restore_latest_quietly(
+        state, checkpoint_dir, session_plugin_states=session_plugin_states
+    )
+    for message in skipped:
+        warnings.warn(message, CorruptCheckpointWarning, stacklevel=2)
+    return manifest
+
+
+def restore_latest_quietly(
+    state: TrainState,
+    checkpoint_dir: str | os.PathLike[str],
+    *,
+    session_plugin_states: bool = False,
+) -> tuple[Manifest | None, list[str]]:
+    """:func:`restore_latest`, returning its warnings' messages instead of warning.
+
+    For a caller that restores in a worker thread: a warning issued there would
+    be attributed to the thread's frames; the caller warns on its own thread,
+    at the user's line.
+    """
     store = open_store(checkpoint_dir)
     names = store.list()
     if not names:
-        return None
+        return None, []
     failures: list[tuple[str, str]] = []
+    skipped: list[str] = []
     saved: CheckpointState | None = None
     if _state_file_is_foreign(store, names):
         if not _holds_our_checkpoints(store, names):
@@ -590,19 +611,11 @@ def restore_latest(
             continue
         instead = f"restoring the older {manifest.path} (step {manifest.step}) instead"
         for where, why in failures:
-            warnings.warn(
-                f"skipping checkpoint {where}: {why}; {instead}",
-                CorruptCheckpointWarning,
-                stacklevel=2,
-            )
+            skipped.append(f"skipping checkpoint {where}: {why}; {instead}")
         newer, count = listing.newer(_prefix(name), manifest.step)
         if newer:
-            warnings.warn(
-                f"skipping {_describe(store, newer, count)}; {instead}",
-                CorruptCheckpointWarning,
-                stacklevel=2,
-            )
-        return manifest
+            skipped.append(f"skipping {_describe(store, newer, count)}; {instead}")
+        return manifest, skipped
     # Which series of names are checkpoints: those tried, those of the state file,
     # else that of the newest incomplete manifest that is ours (read up to it).
     incomplete = listing.incomplete()
@@ -629,9 +642,7 @@ def restore_latest(
     foreign = _foreign_files(store, names)
     if foreign:
         raise ForeignCheckpointError(_foreign_message(store, foreign, names))
-    for where, why in failures:
-        warnings.warn(f"ignoring {where}: {why}", CorruptCheckpointWarning, stacklevel=2)
-    return None
+    return None, [f"ignoring {where}: {why}" for where, why in failures]
 
 
 #: How many incomplete checkpoints a warning or an error names one by one.
