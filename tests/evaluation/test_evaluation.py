@@ -157,7 +157,7 @@ async def test_a_worker_evaluates_the_checkpoint_the_chief_picked(
     # This worker sees only step 1; the chief picked step 2, which it evaluates.
     _save(tmp_path, 2.0, 1)
     picked = str(tmp_path / "model.ckpt-2")
-    shared = {"evaluation-restore": {"version": 1, "state": {"path": picked, "nothing": ""}}}
+    shared = {"evaluation-pick": {"version": 1, "state": {"path": picked, "nothing": ""}}}
     install_cluster(monkeypatch, _Worker(shared))
     result = await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
     assert (result.checkpoint_path, result.global_step) == (picked, 2)
@@ -169,7 +169,7 @@ async def test_a_worker_raises_the_chiefs_no_checkpoint_error(
 ) -> None:
     _save(tmp_path, 2.0, 1)  # this worker sees one; the chief found none usable
     state = {"path": None, "nothing": "the chief's reason"}
-    install_cluster(monkeypatch, _Worker({"evaluation-restore": {"version": 1, "state": state}}))
+    install_cluster(monkeypatch, _Worker({"evaluation-pick": {"version": 1, "state": state}}))
     with pytest.raises(NoCheckpointError, match="^the chief's reason$"):
         await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
 
@@ -186,7 +186,7 @@ async def test_a_worker_without_the_chiefs_pick_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared: Any, match: str
 ) -> None:
     _save(tmp_path, 2.0, 1)
-    given = None if shared is None else {"evaluation-restore": {"version": 1, "state": shared}}
+    given = None if shared is None else {"evaluation-pick": {"version": 1, "state": shared}}
     install_cluster(monkeypatch, _Worker(given))
     with pytest.raises((RuntimeError, ValueError), match=match):
         await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
@@ -233,6 +233,28 @@ async def test_a_checkpoint_dir_that_does_not_exist_is_named_as_such(tmp_path: P
         NoCheckpointError, match=r"holds no checkpoint to evaluate \(has training written one yet"
     ):
         await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
+    # Nothing evaluated, nothing written: no summary directory made, none created.
+    assert not missing.exists()
+    assert not (tmp_path / "eval").exists()
+
+
+async def test_a_follower_writes_summaries_only_of_what_it_evaluated(tmp_path: Path) -> None:
+    # The hooks of an evaluation session run only for a checkpoint picked: the
+    # follower's end (no new checkpoint) makes no session, so no summary writer
+    # marks a new start at step 1, which would hide the evaluations in TensorBoard.
+    _save(tmp_path, 2.0, 5)
+    seen: list[tuple[str, int]] = []
+
+    class Seen:
+        def after_create_session(self, session: Any, coord: Any) -> None:
+            seen.append(("created", session.state.global_step))
+
+        def write_summaries(self, session: Any, step: int, summaries: Any) -> None:
+            seen.append(("summaries", step))
+
+    results = await _follow(tmp_path, hooks=[Seen()])
+    assert [r.global_step for r in results] == [5]
+    assert seen == [("created", 5), ("summaries", 5)]
 
 
 async def test_bad_input_is_refused_clearly(tmp_path: Path) -> None:

@@ -94,53 +94,65 @@ class EvaluationSession(MonitoredSession):
     _loads_training_only_plugins = False
 
 
-#: Picks, on the chief, the checkpoint to evaluate and restores it into the state
-#: given; ``None`` when there is none (left to evaluate).
-Pick = Callable[[TrainState], Awaitable["str | None"]]
-
-
 @final
 class _RestoreFromCheckpoint:
     """Restores the evaluated state from one checkpoint, through the checkpoint plugin.
 
     Only the chief restores (the session manager calls ``restore_state`` there)
-    and the other processes receive its state. The checkpoint is given
-    (``path``), or the chief picks it when the session is created (``pick``): the
-    newest usable one, the next one a follower yields. The chief's choice, or
-    that there is none and why, reaches every process with the chief's state
-    (``plugin_state``, which the cluster shares), so that all evaluate the same
-    checkpoint, or none, together: beside a trainer that is saving, processes
-    that each listed the directory could pick different ones.
+    and the other processes receive its state. ``restored``: the chief's state
+    holds the checkpoint already (:func:`_pick_together` restored it).
     """
 
-    __slots__ = ("nothing", "path", "pick", "picked")
+    __slots__ = ("path", "restored")
 
     plugin_name = "evaluation-restore"
 
-    def __init__(self, path: str | None, pick: Pick | None = None) -> None:
+    def __init__(self, path: str, restored: bool = False) -> None:
         self.path = path
-        self.pick = pick
-        #: Whether the checkpoint is known (restored on the chief, or shared by it).
-        self.picked = pick is None
-        #: Why the chief picked none (the message of the error every process raises).
-        self.nothing = ""
+        self.restored = restored
 
-    async def restore_state(self, session: MonitoredSession) -> str | None:
-        if self.pick is not None:
-            self.path = await self.pick(session.state)
-            self.picked = True
-            if self.path is None:
-                return None
-        else:
-            assert self.path is not None
+    async def restore_state(self, session: MonitoredSession) -> str:
+        if not self.restored:
             _checkpoint_module("evaluate a checkpoint").restore(session.state, self.path)
         log.info("Evaluating %s (step %d)", self.path, session.state.global_step)
         return self.path
 
-    def plugin_state(self, session: MonitoredSession) -> dict[str, Any] | None:
+
+@final
+class _PickCheckpoint:
+    """The chief's pick of the checkpoint to evaluate, shared with every process.
+
+    The chief picks when the session is created (``restore_state``, called
+    there only): the newest usable checkpoint, or the next one a follower
+    yields. Its choice, or that there is none and why, reaches the other
+    processes with the chief's state (``plugin_state``, which the cluster
+    shares), so that all evaluate the same checkpoint, or none, together:
+    beside a trainer that is saving, processes that each listed the directory
+    could pick different ones.
+    """
+
+    __slots__ = ("nothing", "path", "pick", "picked")
+
+    plugin_name = "evaluation-pick"
+
+    def __init__(self, pick: Callable[[_PickCheckpoint], Awaitable[str | None]]) -> None:
+        #: Picks, on the chief, the checkpoint and restores it into the evaluation's
+        #: state; ``None`` when there is none (left) to evaluate.
+        self.pick = pick
+        #: The checkpoint picked, or ``None``.
+        self.path: str | None = None
+        #: Whether the pick is known here (made on the chief, or shared by it).
+        self.picked = False
+        #: Why the chief picked none (the message of the error every process raises).
+        self.nothing = ""
+
+    async def restore_state(self, session: MonitoredSession) -> str | None:
+        self.path = await self.pick(self)
+        self.picked = True
+        return self.path
+
+    def plugin_state(self, session: MonitoredSession) -> dict[str, Any]:
         """The chief's pick, for the other processes (the cluster shares it)."""
-        if self.pick is None:
-            return None
         return {"path": self.path, "nothing": self.nothing}
 
     def load_plugin_state(
@@ -151,6 +163,48 @@ class _RestoreFromCheckpoint:
         if not (path is None or isinstance(path, str)) or not isinstance(nothing, str):
             raise ValueError(f"the chief's pick of a checkpoint is malformed: {dict(state)!r}")
         self.path, self.nothing, self.picked = path, nothing, True
+
+
+async def _pick_together(
+    pick: Callable[[_PickCheckpoint], Awaitable[str | None]],
+    *,
+    disable_plugins: Iterable[str],
+    plugin_options: Mapping[str, Mapping[str, Any]] | None,
+    max_wait_secs: float = 7200,
+) -> _PickCheckpoint:
+    """Let the chief ``pick`` a checkpoint (restoring it), and tell every process which.
+
+    A session of its own, before the evaluation's: an empty state, no summaries,
+    none of the evaluation's hooks. The cluster shares the chief's pick with its
+    (empty) state; alone, it is the pick. When nothing is picked, no evaluation
+    session is made and nothing is written (a summary writer's ``START`` at
+    step 1 would hide the earlier evaluations in TensorBoard). The other
+    processes wait for the chief's pick at most ``max_wait_secs``.
+    """
+    chooser = _PickCheckpoint(pick)
+    config = TrainingConfig(
+        summary_dir=None,
+        save_checkpoint_secs=None,
+        save_summaries_steps=None,
+        log_step_count_steps=None,
+    )
+    session = EvaluationSession(
+        TrainState(),
+        hooks=[chooser],
+        disable_plugins=disable_plugins,
+        plugin_options=plugin_options,
+        training_config=config,
+        max_wait_secs=max_wait_secs,
+    )
+    async with session as sess:
+        if not chooser.picked:
+            raise RuntimeError(
+                f"the cluster {type(sess.cluster).__name__} did not share the chief's plugin "
+                "states (its share_state must load them on every process with "
+                "session.load_plugin_states), so this process does not know which "
+                "checkpoint the chief evaluates"
+            )
+    return chooser
 
 
 @final
@@ -409,29 +463,38 @@ async def evaluate_once(
         sharded=sharded,
     )
     if checkpoint_dir is not None:
-        return await _evaluate_newest(os.fspath(checkpoint_dir), evaluate)
+        return await _evaluate_newest(
+            os.fspath(checkpoint_dir),
+            state if state is not None else TrainState(),
+            evaluate,
+            disable_plugins=disable_plugins,
+            plugin_options=plugin_options,
+        )
     restorer = None
     if checkpoint_path is not None:
         _checkpoint_module("evaluate a checkpoint")
         restorer = _RestoreFromCheckpoint(os.fspath(checkpoint_path))
-    result = await evaluate(restorer)
-    assert result is not None  # only a pick may find nothing
-    return result
+    return await evaluate(restorer)
 
 
 async def _evaluate_newest(
-    checkpoint_dir: str, evaluate: Callable[..., Awaitable[EvaluationResult | None]]
+    checkpoint_dir: str,
+    state: TrainState,
+    evaluate: Callable[..., Awaitable[EvaluationResult]],
+    *,
+    disable_plugins: Iterable[str],
+    plugin_options: Mapping[str, Mapping[str, Any]] | None,
 ) -> EvaluationResult:
-    """Evaluate the newest usable checkpoint of ``checkpoint_dir``.
+    """Evaluate the newest usable checkpoint of ``checkpoint_dir`` on ``state``.
 
     One that is deleted, incomplete or damaged when it is restored is skipped
     with a warning naming it and why, and the newest one left is evaluated:
     beside a trainer that keeps only its newest checkpoint, the one found may be
-    gone before it is read. The chief picks it (see :class:`_RestoreFromCheckpoint`).
+    gone before it is read. The chief picks it (:func:`_pick_together`).
     """
     checkpoint = _checkpoint_module("evaluate a checkpoint")
 
-    async def newest(state: TrainState) -> str | None:
+    async def newest(chooser: _PickCheckpoint) -> str | None:
         iterator = checkpoint.checkpoints_iterator(checkpoint_dir, timeout=0, poll_secs=0)
         skipped: list[str] = []
         async for path in iterator:  # each step polls once (timeout=0): it ends when none is left
@@ -445,9 +508,9 @@ async def _evaluate_newest(
                 continue
             return path
         if not skipped and not await anyio.Path(checkpoint_dir).exists():
-            restorer.nothing = f"checkpoint directory {checkpoint_dir} does not exist"
+            chooser.nothing = f"checkpoint directory {checkpoint_dir} does not exist"
         else:
-            restorer.nothing = (
+            chooser.nothing = (
                 f"checkpoint directory {checkpoint_dir} holds no checkpoint to evaluate "
                 + (
                     f"(skipped, unusable: {', '.join(skipped)})"
@@ -457,11 +520,12 @@ async def _evaluate_newest(
             )
         return None
 
-    restorer = _RestoreFromCheckpoint(None, pick=newest)
-    result = await evaluate(restorer, summary_from=checkpoint_dir)
-    if result is None:
-        raise NoCheckpointError(restorer.nothing)
-    return result
+    chooser = await _pick_together(
+        newest, disable_plugins=disable_plugins, plugin_options=plugin_options
+    )
+    if chooser.path is None:
+        raise NoCheckpointError(chooser.nothing)
+    return await evaluate(_RestoreFromCheckpoint(chooser.path, restored=True), state=state)
 
 
 def _reason(checkpoint: Any, error: BaseException) -> str:
@@ -476,8 +540,6 @@ async def _evaluate(
     metrics: Mapping[str, Metric],
     restorer: _RestoreFromCheckpoint | None,
     *,
-    summary_from: str | None = None,
-    max_wait_secs: float = 7200,
     input: Iterable[Any] | AsyncIterable[Any] | None,
     state: TrainState | None,
     eval_steps: int | None,
@@ -489,17 +551,13 @@ async def _evaluate(
     disable_plugins: Iterable[str],
     plugin_options: Mapping[str, Mapping[str, Any]] | None,
     sharded: bool,
-) -> EvaluationResult | None:
+) -> EvaluationResult:
     """:func:`evaluate_once` of the checkpoint ``restorer`` restores (``None``: of ``state``).
 
-    Summaries go to ``summary_dir``, else to ``eval`` beside the checkpoint
-    (in ``summary_from``, where the checkpoint is picked from). Returns ``None``
-    when the restorer picked no checkpoint: then no step ran, on any process.
-    Workers wait for the chief's state at most ``max_wait_secs``.
+    Summaries go to ``summary_dir``, else to ``eval`` beside the checkpoint.
     """
     if restorer is not None and summary_dir is None:
-        where = summary_from if summary_from is not None else os.path.dirname(restorer.path or "")
-        summary_dir = default_summary_dir(where)
+        summary_dir = default_summary_dir(os.path.dirname(restorer.path))
     eval_state = state if state is not None else TrainState()
 
     for metric in metrics.values():
@@ -531,7 +589,6 @@ async def _evaluate(
         disable_plugins=disable_plugins,
         plugin_options=plugin_options,
         training_config=config,
-        max_wait_secs=max_wait_secs,
     )
     # Sharded, this loop decides where each process's input ends: an input
     # pipeline among the hooks must not stop every process at the shortest shard.
@@ -541,8 +598,6 @@ async def _evaluate(
         session._inputs_counted_by_loop = (*counted, *feeding)
     values: dict[str, float] = {}
     async with session as sess:
-        if restorer is not None and not _picked(restorer, sess):
-            return None
         iterator = _batches(input)
         # Sharded over several processes, shards may differ in length: before each
         # step the processes count who still has a batch; one whose shard is done
@@ -609,22 +664,6 @@ async def _evaluate(
 
 def _filled_by_the_restore(state: TrainState) -> None:
     """The ``init_fn`` of an evaluation of a checkpoint: the chief's restore fills the state."""
-
-
-def _picked(restorer: _RestoreFromCheckpoint, session: MonitoredSession) -> bool:
-    """Whether the restorer has a checkpoint to evaluate; ``False``: none, on every process.
-
-    A cluster that does not share the chief's plugin states with the other
-    processes cannot tell them the chief's pick: that is an error naming it.
-    """
-    if not restorer.picked:
-        raise RuntimeError(
-            f"the cluster {type(session.cluster).__name__} did not share the chief's plugin "
-            "states (its share_state must load them on every process with "
-            "session.load_plugin_states), so this process does not know which checkpoint "
-            "the chief evaluates"
-        )
-    return restorer.path is not None
 
 
 def _any_process_has_input(session: MonitoredSession, has_input: bool) -> bool:
@@ -751,23 +790,28 @@ async def evaluate_repeatedly(
                 return path
             iterator.reject(path, _reason(checkpoint, error))
 
+    options = {**_EVALUATE_DEFAULTS, **kwargs}
     while True:
+        state = state_fn() if state_fn is not None else TrainState()
+        chooser = await _pick_together(
+            functools.partial(_next_checkpoint, next_checkpoint, state),
+            disable_plugins=options["disable_plugins"],
+            plugin_options=options["plugin_options"],
+            # The other processes wait for the chief's next checkpoint, as long as it does.
+            max_wait_secs=math.inf,
+        )
+        if chooser.path is None:
+            break
         result = await _evaluate(
             eval_fn,
             metrics,
-            _RestoreFromCheckpoint(None, pick=next_checkpoint),
-            summary_from=os.fspath(checkpoint_dir),
-            # The other processes wait for the chief's next checkpoint, as long as it does.
-            max_wait_secs=math.inf,
+            _RestoreFromCheckpoint(chooser.path, restored=True),
             **{
-                **_EVALUATE_DEFAULTS,
-                **kwargs,
+                **options,
                 "input": input_fn() if input_fn is not None else None,
-                "state": state_fn() if state_fn is not None else None,
+                "state": state,
             },
         )
-        if result is None:
-            break
         results.append(result)
         if on_result is not None:
             done = on_result(result)
@@ -779,6 +823,15 @@ async def evaluate_repeatedly(
         if until is not None and until(result):
             break
     return results
+
+
+async def _next_checkpoint(
+    follow: Callable[[TrainState], Awaitable[str | None]],
+    state: TrainState,
+    chooser: _PickCheckpoint,
+) -> str | None:
+    """``follow(state)``: the follower's next checkpoint, restored into ``state``."""
+    return await follow(state)
 
 
 async def _restore_arriving(
