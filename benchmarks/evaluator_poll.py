@@ -9,6 +9,9 @@ one real checkpoint:
   manifest read and checked);
 * **next poll**: the same iterator looking again, nothing new (what an
   evaluator does between checkpoints);
+* **restore_latest**: a training run resuming from the directory (the
+  checkpoint read and verified into a fresh state; the junk named in one
+  warning, unread);
 
 first in the clean directory (the baseline), then after ``--junk`` files
 ``model.ckpt-N.json`` holding only the format marker, of steps above the real
@@ -36,6 +39,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -43,7 +47,13 @@ from typing import Any
 import numpy as np
 
 from monitored import TrainState
-from monitored_checkpoint import Saver, checkpoints_iterator, latest_checkpoint
+from monitored_checkpoint import (
+    CorruptCheckpointWarning,
+    Saver,
+    checkpoints_iterator,
+    latest_checkpoint,
+    restore_latest,
+)
 from monitored_checkpoint._format import MAX_MANIFEST_BYTES, load_json
 from monitored_checkpoint._store import open_store
 
@@ -71,6 +81,15 @@ def _first_poll(directory: str) -> None:
     assert next(checkpoints_iterator(directory, timeout=0, poll_secs=0)).endswith("-5")
 
 
+def _resume(directory: str) -> None:
+    state = TrainState({"w": np.zeros((256, 256), np.float32)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CorruptCheckpointWarning)  # the flood, named once
+        manifest = restore_latest(state, directory)
+    assert manifest is not None
+    assert manifest.step == 5
+
+
 def _read_every_manifest(directory: str) -> None:
     store = open_store(directory)
     for name in store.list():
@@ -93,6 +112,7 @@ def main() -> None:
         "latest_checkpoint": lambda d: latest_checkpoint(d),
         "first poll (manifest read)": _first_poll,
         "next poll (nothing new)": lambda d: list(followers[d]),
+        "restore_latest (a resume)": _resume,
         "read every manifest (the old listing)": _read_every_manifest,
     }
     times: dict[tuple[str, str], list[float]] = {}

@@ -23,7 +23,7 @@ from monitored.evaluation import (
     evaluate_once,
     evaluate_repeatedly,
 )
-from monitored.evaluation._evaluate import default_summary_dir
+from monitored.evaluation._evaluate import _Checkpoints, default_summary_dir
 from monitored_checkpoint import Saver
 
 DATA = [(np.array([1.0, 2.0]), np.array([2.0, 4.0])), (np.array([3.0]), np.array([6.0]))]
@@ -134,6 +134,64 @@ async def test_a_sharded_evaluation_alone_changes_nothing() -> None:
     assert result.metrics == {"mse": 0.0, "mean_pred": 4.0}
 
 
+class _Worker(StandInCluster):
+    """This process is not the chief; the chief's state and plugin states are ``shared``."""
+
+    is_chief = False
+
+    def __init__(self, shared: dict[str, Any] | None) -> None:
+        super().__init__()
+        self.shared = shared
+
+    async def share_state(self, session: Any, max_wait_secs: float) -> None:
+        session.state.add("w", np.array([3.0]))
+        session.state.global_step = 2
+        session.state.initialized = True
+        if self.shared is not None:  # else a cluster that shares no plugin states
+            await session.load_plugin_states(self.shared)
+
+
+async def test_a_worker_evaluates_the_checkpoint_the_chief_picked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # This worker sees only step 1; the chief picked step 2, which it evaluates.
+    _save(tmp_path, 2.0, 1)
+    picked = str(tmp_path / "model.ckpt-2")
+    shared = {"evaluation-pick": {"version": 1, "state": {"path": picked, "nothing": ""}}}
+    install_cluster(monkeypatch, _Worker(shared))
+    result = await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
+    assert (result.checkpoint_path, result.global_step) == (picked, 2)
+    assert result.metrics["mean_pred"] == pytest.approx(3.0 * 2.0)  # w * mean of x 1, 2, 3
+
+
+async def test_a_worker_raises_the_chiefs_no_checkpoint_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _save(tmp_path, 2.0, 1)  # this worker sees one; the chief found none usable
+    state = {"path": None, "nothing": "the chief's reason"}
+    install_cluster(monkeypatch, _Worker({"evaluation-pick": {"version": 1, "state": state}}))
+    with pytest.raises(NoCheckpointError, match="^the chief's reason$"):
+        await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("shared", "match"),
+    [
+        (None, "_Worker did not share the chief's plugin states"),
+        ({"path": 3, "nothing": ""}, "the chief's pick of a checkpoint is malformed"),
+        ({"path": None}, "the chief's pick of a checkpoint is malformed"),
+    ],
+)
+async def test_a_worker_without_the_chiefs_pick_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared: Any, match: str
+) -> None:
+    _save(tmp_path, 2.0, 1)
+    given = None if shared is None else {"evaluation-pick": {"version": 1, "state": shared}}
+    install_cluster(monkeypatch, _Worker(given))
+    with pytest.raises((RuntimeError, ValueError), match=match):
+        await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
+
+
 async def test_eval_steps_and_final_ops() -> None:
     state = monitored.TrainState({"w": np.array([1.0])})
     result = await evaluate_once(
@@ -175,6 +233,28 @@ async def test_a_checkpoint_dir_that_does_not_exist_is_named_as_such(tmp_path: P
         NoCheckpointError, match=r"holds no checkpoint to evaluate \(has training written one yet"
     ):
         await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path)
+    # Nothing evaluated, nothing written: no summary directory made, none created.
+    assert not missing.exists()
+    assert not (tmp_path / "eval").exists()
+
+
+async def test_a_follower_writes_summaries_only_of_what_it_evaluated(tmp_path: Path) -> None:
+    # The hooks of an evaluation session run only for a checkpoint picked: the
+    # follower's end (no new checkpoint) makes no session, so no summary writer
+    # marks a new start at step 1, which would hide the evaluations in TensorBoard.
+    _save(tmp_path, 2.0, 5)
+    seen: list[tuple[str, int]] = []
+
+    class Seen:
+        def after_create_session(self, session: Any, coord: Any) -> None:
+            seen.append(("created", session.state.global_step))
+
+        def write_summaries(self, session: Any, step: int, summaries: Any) -> None:
+            seen.append(("summaries", step))
+
+    results = await _follow(tmp_path, hooks=[Seen()])
+    assert [r.global_step for r in results] == [5]
+    assert seen == [("created", 5), ("summaries", 5)]
 
 
 async def test_bad_input_is_refused_clearly(tmp_path: Path) -> None:
@@ -288,21 +368,23 @@ def _logged(caplog: Any, level: str) -> list[str]:
 
 
 async def test_evaluate_repeatedly_skips_a_checkpoint_deleted_before_it_is_read(
-    tmp_path: Path, caplog: Any
+    tmp_path: Path, caplog: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _save(tmp_path, 2.0, 1)
-    rotated: list[int] = []
+    restore = _Checkpoints.restore
 
-    def state_fn() -> monitored.TrainState:
-        if not rotated:  # the trainer saves step 2 and rotates step 1 away, manifest first
-            rotated.append(1)
+    def rotated_first(self: _Checkpoints, state: monitored.TrainState, path: str) -> Any:
+        # Between the listing and the read, the trainer saves step 2 and rotates
+        # step 1 away, manifest first.
+        if path.endswith("-1"):
             _save(tmp_path, 3.0, 2)
             for file in _files(tmp_path, 1):
                 file.unlink()
-        return monitored.TrainState()
+        return restore(self, state, path)
 
+    monkeypatch.setattr(_Checkpoints, "restore", rotated_first)
     with caplog.at_level(logging.INFO, logger="monitored"):
-        results = await _follow(tmp_path, state_fn=state_fn)
+        results = await _follow(tmp_path)
     assert [r.global_step for r in results] == [2]
     [warning] = _logged(caplog, "WARNING")
     assert f"skipping checkpoint {tmp_path}/model.ckpt-1: it was deleted before it" in warning

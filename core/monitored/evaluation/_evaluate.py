@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import math
 import os
 from collections.abc import (
     AsyncIterable,
@@ -95,27 +96,115 @@ class EvaluationSession(MonitoredSession):
 
 @final
 class _RestoreFromCheckpoint:
-    """Restores the evaluated state from one checkpoint, through the checkpoint plugin."""
+    """Restores the evaluated state from one checkpoint, through the checkpoint plugin.
 
-    __slots__ = ("path", "skip_unusable")
+    Only the chief restores (the session manager calls ``restore_state`` there)
+    and the other processes receive its state. ``restored``: the chief's state
+    holds the checkpoint already (:func:`_pick_together` restored it).
+    """
+
+    __slots__ = ("path", "restored")
 
     plugin_name = "evaluation-restore"
 
-    def __init__(self, path: str, skip_unusable: bool = False) -> None:
+    def __init__(self, path: str, restored: bool = False) -> None:
         self.path = path
-        #: Whether a checkpoint gone, incomplete or damaged is raised as :class:`_Unusable`.
-        self.skip_unusable = skip_unusable
+        self.restored = restored
 
     async def restore_state(self, session: MonitoredSession) -> str:
-        checkpoint = _checkpoint_module("evaluate a checkpoint")
-        try:
-            checkpoint.restore(session.state, self.path)
-        except Exception as exc:
-            if self.skip_unusable and _is_unusable(checkpoint, exc):
-                raise _Unusable(self.path, exc) from exc
-            raise
+        if not self.restored:
+            _checkpoint_module("evaluate a checkpoint").restore(session.state, self.path)
         log.info("Evaluating %s (step %d)", self.path, session.state.global_step)
         return self.path
+
+
+@final
+class _PickCheckpoint:
+    """The chief's pick of the checkpoint to evaluate, shared with every process.
+
+    The chief picks when the session is created (``restore_state``, called
+    there only): the newest usable checkpoint, or the next one a follower
+    yields. Its choice, or that there is none and why, reaches the other
+    processes with the chief's state (``plugin_state``, which the cluster
+    shares), so that all evaluate the same checkpoint, or none, together:
+    beside a trainer that is saving, processes that each listed the directory
+    could pick different ones.
+    """
+
+    __slots__ = ("nothing", "path", "pick", "picked")
+
+    plugin_name = "evaluation-pick"
+
+    def __init__(self, pick: Callable[[_PickCheckpoint], Awaitable[str | None]]) -> None:
+        #: Picks, on the chief, the checkpoint and restores it into the evaluation's
+        #: state; ``None`` when there is none (left) to evaluate.
+        self.pick = pick
+        #: The checkpoint picked, or ``None``.
+        self.path: str | None = None
+        #: Whether the pick is known here (made on the chief, or shared by it).
+        self.picked = False
+        #: Why the chief picked none (the message of the error every process raises).
+        self.nothing = ""
+
+    async def restore_state(self, session: MonitoredSession) -> str | None:
+        self.path = await self.pick(self)
+        self.picked = True
+        return self.path
+
+    def plugin_state(self, session: MonitoredSession) -> dict[str, Any]:
+        """The chief's pick, for the other processes (the cluster shares it)."""
+        return {"path": self.path, "nothing": self.nothing}
+
+    def load_plugin_state(
+        self, session: MonitoredSession, state: Mapping[str, Any], version: int
+    ) -> None:
+        """Take the chief's pick (on the other processes of a cluster)."""
+        path, nothing = state.get("path"), state.get("nothing")
+        if not (path is None or isinstance(path, str)) or not isinstance(nothing, str):
+            raise ValueError(f"the chief's pick of a checkpoint is malformed: {dict(state)!r}")
+        self.path, self.nothing, self.picked = path, nothing, True
+
+
+async def _pick_together(
+    pick: Callable[[_PickCheckpoint], Awaitable[str | None]],
+    *,
+    disable_plugins: Iterable[str],
+    plugin_options: Mapping[str, Mapping[str, Any]] | None,
+    max_wait_secs: float = 7200,
+) -> _PickCheckpoint:
+    """Let the chief ``pick`` a checkpoint (restoring it), and tell every process which.
+
+    A session of its own, before the evaluation's: an empty state, no summaries,
+    none of the evaluation's hooks. The cluster shares the chief's pick with its
+    (empty) state; alone, it is the pick. When nothing is picked, no evaluation
+    session is made and nothing is written (a summary writer's ``START`` at
+    step 1 would hide the earlier evaluations in TensorBoard). The other
+    processes wait for the chief's pick at most ``max_wait_secs``.
+    """
+    chooser = _PickCheckpoint(pick)
+    config = TrainingConfig(
+        summary_dir=None,
+        save_checkpoint_secs=None,
+        save_summaries_steps=None,
+        log_step_count_steps=None,
+    )
+    session = EvaluationSession(
+        TrainState(),
+        hooks=[chooser],
+        disable_plugins=disable_plugins,
+        plugin_options=plugin_options,
+        training_config=config,
+        max_wait_secs=max_wait_secs,
+    )
+    async with session as sess:
+        if not chooser.picked:
+            raise RuntimeError(
+                f"the cluster {type(sess.cluster).__name__} did not share the chief's plugin "
+                "states (its share_state must load them on every process with "
+                "session.load_plugin_states), so this process does not know which "
+                "checkpoint the chief evaluates"
+            )
+    return chooser
 
 
 @final
@@ -197,19 +286,6 @@ class _Checkpoints:
             poll_secs=poll_secs,
         )
         return iterator
-
-
-class _Unusable(Exception):
-    """The checkpoint being evaluated could not be restored: gone, incomplete or damaged.
-
-    Raised only to the loops that pick checkpoints themselves (``checkpoint_dir``,
-    :func:`evaluate_repeatedly`), which skip it; never seen by a caller.
-    """
-
-    def __init__(self, path: str, error: BaseException) -> None:
-        super().__init__(f"{path}: {error}")
-        self.path = path
-        self.error = error
 
 
 def _is_unusable(checkpoint: Any, error: BaseException) -> bool:
@@ -353,6 +429,10 @@ async def evaluate_once(
     step or eval hook that calls collectives cannot take uneven shards. Alone, it
     changes nothing.
 
+    In a distributed job the chief picks the checkpoint of ``checkpoint_dir``
+    and restores it; its state and its choice reach every process, so all
+    evaluate that one checkpoint (or all raise the same :class:`NoCheckpointError`).
+
     Raises :class:`NoMetricUpdatesError` when a step updated no metric,
     :class:`NoCheckpointError` when ``checkpoint_dir`` holds no usable checkpoint,
     :class:`~monitored.MissingPluginError` when evaluating a checkpoint without
@@ -383,44 +463,69 @@ async def evaluate_once(
         sharded=sharded,
     )
     if checkpoint_dir is not None:
-        return await _evaluate_newest(os.fspath(checkpoint_dir), evaluate)
+        return await _evaluate_newest(
+            os.fspath(checkpoint_dir),
+            state if state is not None else TrainState(),
+            evaluate,
+            disable_plugins=disable_plugins,
+            plugin_options=plugin_options,
+        )
+    restorer = None
     if checkpoint_path is not None:
         _checkpoint_module("evaluate a checkpoint")
-        return await evaluate(os.fspath(checkpoint_path))
-    return await evaluate(None)
+        restorer = _RestoreFromCheckpoint(os.fspath(checkpoint_path))
+    return await evaluate(restorer)
 
 
 async def _evaluate_newest(
-    checkpoint_dir: str, evaluate: Callable[..., Awaitable[EvaluationResult]]
+    checkpoint_dir: str,
+    state: TrainState,
+    evaluate: Callable[..., Awaitable[EvaluationResult]],
+    *,
+    disable_plugins: Iterable[str],
+    plugin_options: Mapping[str, Mapping[str, Any]] | None,
 ) -> EvaluationResult:
-    """Evaluate the newest usable checkpoint of ``checkpoint_dir``.
+    """Evaluate the newest usable checkpoint of ``checkpoint_dir`` on ``state``.
 
     One that is deleted, incomplete or damaged when it is restored is skipped
     with a warning naming it and why, and the newest one left is evaluated:
     beside a trainer that keeps only its newest checkpoint, the one found may be
-    gone before it is read.
+    gone before it is read. The chief picks it (:func:`_pick_together`).
     """
     checkpoint = _checkpoint_module("evaluate a checkpoint")
-    iterator = checkpoint.checkpoints_iterator(checkpoint_dir, timeout=0, poll_secs=0)
-    skipped: list[str] = []
-    async for path in iterator:  # each step polls once (timeout=0): it ends when none is left
-        try:
-            result: EvaluationResult = await evaluate(path, skip_unusable=True)
-        except _Unusable as exc:
-            iterator.reject(path, _reason(checkpoint, exc.error))
-            skipped.append(path)
-            continue
-        return result
-    if not skipped and not await anyio.Path(checkpoint_dir).exists():
-        raise NoCheckpointError(f"checkpoint directory {checkpoint_dir} does not exist")
-    raise NoCheckpointError(
-        f"checkpoint directory {checkpoint_dir} holds no checkpoint to evaluate "
-        + (
-            f"(skipped, unusable: {', '.join(skipped)})"
-            if skipped
-            else "(has training written one yet?)"
-        )
+
+    async def newest(chooser: _PickCheckpoint) -> str | None:
+        iterator = checkpoint.checkpoints_iterator(checkpoint_dir, timeout=0, poll_secs=0)
+        skipped: list[str] = []
+        async for path in iterator:  # each step polls once (timeout=0): it ends when none is left
+            try:
+                checkpoint.restore(state, path)
+            except Exception as exc:
+                if not _is_unusable(checkpoint, exc):
+                    raise
+                iterator.reject(path, _reason(checkpoint, exc))
+                skipped.append(path)
+                continue
+            return path
+        if not skipped and not await anyio.Path(checkpoint_dir).exists():
+            chooser.nothing = f"checkpoint directory {checkpoint_dir} does not exist"
+        else:
+            chooser.nothing = (
+                f"checkpoint directory {checkpoint_dir} holds no checkpoint to evaluate "
+                + (
+                    f"(skipped, unusable: {', '.join(skipped)})"
+                    if skipped
+                    else "(has training written one yet?)"
+                )
+            )
+        return None
+
+    chooser = await _pick_together(
+        newest, disable_plugins=disable_plugins, plugin_options=plugin_options
     )
+    if chooser.path is None:
+        raise NoCheckpointError(chooser.nothing)
+    return await evaluate(_RestoreFromCheckpoint(chooser.path, restored=True), state=state)
 
 
 def _reason(checkpoint: Any, error: BaseException) -> str:
@@ -433,9 +538,8 @@ def _reason(checkpoint: Any, error: BaseException) -> str:
 async def _evaluate(
     eval_fn: StepFn,
     metrics: Mapping[str, Metric],
-    path: str | None,
+    restorer: _RestoreFromCheckpoint | None,
     *,
-    skip_unusable: bool = False,
     input: Iterable[Any] | AsyncIterable[Any] | None,
     state: TrainState | None,
     eval_steps: int | None,
@@ -448,14 +552,12 @@ async def _evaluate(
     plugin_options: Mapping[str, Mapping[str, Any]] | None,
     sharded: bool,
 ) -> EvaluationResult:
-    """:func:`evaluate_once` of the checkpoint at ``path`` (``None``: of ``state`` as it is).
+    """:func:`evaluate_once` of the checkpoint ``restorer`` restores (``None``: of ``state``).
 
-    With ``skip_unusable``, a checkpoint that cannot be restored because it is
-    gone, incomplete or damaged raises :class:`_Unusable`, before the input is
-    read or any step runs.
+    Summaries go to ``summary_dir``, else to ``eval`` beside the checkpoint.
     """
-    if path is not None and summary_dir is None:
-        summary_dir = default_summary_dir(os.path.dirname(path))
+    if restorer is not None and summary_dir is None:
+        summary_dir = default_summary_dir(os.path.dirname(restorer.path))
     eval_state = state if state is not None else TrainState()
 
     for metric in metrics.values():
@@ -463,8 +565,12 @@ async def _evaluate(
     stopper = _StopAfterNEvals(eval_steps)
     final = FinalOpsHook(final_ops, final_ops_feed_dict) if final_ops is not None else None
     session_hooks: list[object] = []
-    if path is not None:
-        session_hooks.append(_RestoreFromCheckpoint(path, skip_unusable))
+    if restorer is not None:
+        session_hooks.append(restorer)
+        if scaffold is None or scaffold.init_fn is None:
+            # The chief's restore creates the arrays: the other processes of a
+            # cluster create them from the chief's, as it does for an init_fn's.
+            scaffold = Scaffold(init_fn=_filled_by_the_restore, copy_from_scaffold=scaffold)
     session_hooks += [*hooks, stopper]
     if final is not None:
         session_hooks.append(final)
@@ -551,9 +657,13 @@ async def _evaluate(
         metrics=values,
         global_step=step,
         steps=stopper.done,
-        checkpoint_path=path,
+        checkpoint_path=restorer.path if restorer is not None else None,
         final_ops_values=final.final_ops_values if final is not None else None,
     )
+
+
+def _filled_by_the_restore(state: TrainState) -> None:
+    """The ``init_fn`` of an evaluation of a checkpoint: the chief's restore fills the state."""
 
 
 def _any_process_has_input(session: MonitoredSession, has_input: bool) -> bool:
@@ -642,9 +752,12 @@ async def evaluate_repeatedly(
     is named once in a warning with the reason, and the loop goes on with the
     next checkpoint; a skipped one is tried again only if its files change.
     Only complete checkpoints, their sizes and checksums verified, are
-    evaluated. Summaries go to ``<checkpoint_dir>/eval`` unless ``summary_dir=``
-    says otherwise; an evaluator that may only read ``checkpoint_dir`` writes
-    none, and says so once.
+    evaluated. In a distributed job (``mpiexec`` with ``monitored-mpi``) the
+    chief follows the directory and the other processes evaluate each
+    checkpoint it picks, with it, waiting for the next one as long as it does.
+    Summaries go to ``<checkpoint_dir>/eval`` unless ``summary_dir=`` says
+    otherwise; an evaluator that may only read ``checkpoint_dir`` writes none,
+    and says so once.
     """
     if max_number_of_evaluations is not None and max_number_of_evaluations <= 0:
         raise ValueError(
@@ -664,27 +777,41 @@ async def evaluate_repeatedly(
     )
     if "summary_dir" not in kwargs:
         kwargs["summary_dir"] = default_summary_dir(os.fspath(checkpoint_dir))
-    async for path in iterator:
-        result = await _evaluate_arriving(
-            checkpoint,
-            path,
-            poll_secs,
-            lambda path: _evaluate(
-                eval_fn,
-                metrics,
-                path,
-                skip_unusable=True,
-                **{
-                    **_EVALUATE_DEFAULTS,
-                    **kwargs,
-                    "input": input_fn() if input_fn is not None else None,
-                    "state": state_fn() if state_fn is not None else None,
-                },
-            ),
+
+    async def next_checkpoint(state: TrainState) -> str | None:
+        """The next new checkpoint that restores into ``state`` (the chief's pick)."""
+        while True:
+            try:
+                path = await iterator.__anext__()
+            except StopAsyncIteration:
+                return None
+            error = await _restore_arriving(checkpoint, state, path, poll_secs)
+            if error is None:
+                return path
+            iterator.reject(path, _reason(checkpoint, error))
+
+    options = {**_EVALUATE_DEFAULTS, **kwargs}
+    while True:
+        state = state_fn() if state_fn is not None else TrainState()
+        chooser = await _pick_together(
+            functools.partial(_next_checkpoint, next_checkpoint, state),
+            disable_plugins=options["disable_plugins"],
+            plugin_options=options["plugin_options"],
+            # The other processes wait for the chief's next checkpoint, as long as it does.
+            max_wait_secs=math.inf,
         )
-        if isinstance(result, _Unusable):
-            iterator.reject(path, _reason(checkpoint, result.error))
-            continue
+        if chooser.path is None:
+            break
+        result = await _evaluate(
+            eval_fn,
+            metrics,
+            _RestoreFromCheckpoint(chooser.path, restored=True),
+            **{
+                **options,
+                "input": input_fn() if input_fn is not None else None,
+                "state": state,
+            },
+        )
         results.append(result)
         if on_result is not None:
             done = on_result(result)
@@ -698,28 +825,38 @@ async def evaluate_repeatedly(
     return results
 
 
-async def _evaluate_arriving(
-    checkpoint: Any,
-    path: str,
-    wait: float,
-    evaluate: Callable[[str], Awaitable[EvaluationResult]],
-) -> EvaluationResult | _Unusable:
-    """Evaluate ``path``; if it is incomplete or damaged, once more ``wait`` seconds later.
+async def _next_checkpoint(
+    follow: Callable[[TrainState], Awaitable[str | None]],
+    state: TrainState,
+    chooser: _PickCheckpoint,
+) -> str | None:
+    """``follow(state)``: the follower's next checkpoint, restored into ``state``."""
+    return await follow(state)
+
+
+async def _restore_arriving(
+    checkpoint: _Checkpoints, state: TrainState, path: str, wait: float
+) -> BaseException | None:
+    """Restore ``path`` into ``state``; if incomplete or damaged, once more ``wait`` s later.
 
     A checkpoint still arriving (copied file by file) may be complete by then;
-    one deleted is not tried again. Returns the :class:`_Unusable` of the last
-    try when it cannot be evaluated.
+    one deleted is not tried again. Returns the error of the last try when it
+    is unusable (gone, incomplete or damaged); any other error is raised.
     """
     try:
-        return await evaluate(path)
-    except _Unusable as exc:
-        if isinstance(exc.error, checkpoint.CheckpointNotFoundError):
+        checkpoint.restore(state, path)
+        return None
+    except Exception as exc:
+        if not _is_unusable(checkpoint, exc):
+            raise
+        if isinstance(exc, checkpoint.CheckpointNotFoundError):
             return exc
-        log.info(
-            "Checkpoint %s is not readable (%s); trying it again in %g s", path, exc.error, wait
-        )
+        log.info("Checkpoint %s is not readable (%s); trying it again in %g s", path, exc, wait)
     await anyio.sleep(wait)
     try:
-        return await evaluate(path)
-    except _Unusable as exc:
+        checkpoint.restore(state, path)
+    except Exception as exc:
+        if not _is_unusable(checkpoint, exc):
+            raise
         return exc
+    return None

@@ -8,10 +8,12 @@ import os
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import numpy as np
 import pytest
 
@@ -31,10 +33,12 @@ from monitored_checkpoint import (
     CheckpointSaverHook,
     CheckpointSaverListener,
     CheckpointWriteError,
+    CorruptCheckpointWarning,
     ForeignCheckpointError,
     Saver,
     latest_checkpoint,
 )
+from monitored_checkpoint import _hook as hook_module
 from monitored_checkpoint import _plugin as plugin_module
 
 pytestmark = pytest.mark.anyio
@@ -186,6 +190,43 @@ async def test_resume_in_a_plain_session_through_restore_state(ckpt_dir: str) ->
     async with MonitoredSession(state, hooks=[hook]) as sess:
         assert sess.restored_from == os.path.join(ckpt_dir, "model.ckpt-3")
         assert state.global_step == 3
+
+
+async def _enter_over_a_damaged_newest(ckpt_dir: str, ignored: str) -> tuple[list[Any], int]:
+    """Enter a session that restores from ``ckpt_dir`` (step 3 damaged), with
+    ``CorruptCheckpointWarning`` ignored in module ``ignored``: the warnings
+    recorded, and the line of the ``async with``."""
+    await train(ckpt_dir, 3, save_steps=1)
+    await anyio.Path(ckpt_dir, "model.ckpt-3.safetensors").write_bytes(b"damaged")
+    hook = CheckpointSaverHook(ckpt_dir, save_steps=100)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", category=CorruptCheckpointWarning, module=ignored)
+        line = sys._getframe().f_lineno + 1
+        async with MonitoredSession(new_state(), hooks=[hook]) as sess:
+            assert sess.state.global_step == 2
+    return [w for w in caught if issubclass(w.category, CorruptCheckpointWarning)], line
+
+
+@pytest.mark.parametrize("thread", [True, False], ids=["worker-thread", "cupy-in-loop"])
+async def test_a_skipped_checkpoint_is_reported_at_the_users_async_with(
+    ckpt_dir: str, monkeypatch: pytest.MonkeyPatch, thread: bool
+) -> None:
+    # The restore runs in a worker thread (or, with CuPy, on the loop): either
+    # way the warning points at the user's line that entered the session, so
+    # that -W filters by module and the location shown are the user's.
+    monkeypatch.setattr(hook_module, "_uses_cupy", lambda: not thread)
+    caught, line = await _enter_over_a_damaged_newest(ckpt_dir, ignored="monitored_checkpoint")
+    [warning] = caught
+    assert "model.ckpt-3" in str(warning.message)
+    assert (warning.filename, warning.lineno) == (__file__, line)
+
+
+async def test_a_skipped_checkpoint_warning_is_filtered_by_the_users_module(
+    ckpt_dir: str,
+) -> None:
+    caught, _ = await _enter_over_a_damaged_newest(ckpt_dir, ignored=__name__)
+    assert caught == []
 
 
 async def test_restore_false_starts_afresh(ckpt_dir: str) -> None:

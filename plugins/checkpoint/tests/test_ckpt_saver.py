@@ -649,6 +649,85 @@ def test_a_flood_of_junk_manifests_is_listed_not_read(
     assert opened == ["model.ckpt-5.json"]
 
 
+def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The files of a local store opened or read from now on, in order."""
+    opened: list[str] = []
+    real_open, real_read = LocalStore.open_file, LocalStore.read_bytes
+
+    def counting(self: Any, name: str) -> Any:
+        opened.append(name)
+        return real_open(self, name)
+
+    def counting_reads(self: Any, name: str, limit: int) -> bytes:
+        opened.append(name)
+        return real_read(self, name, limit)
+
+    monkeypatch.setattr(LocalStore, "open_file", counting)
+    monkeypatch.setattr(LocalStore, "read_bytes", counting_reads)
+    return opened
+
+
+@pytest.mark.parametrize("state_file", ["none", "ours", "hostile", "foreign"])
+def test_restore_latest_reads_only_the_checkpoint_it_restores_in_a_flooded_directory(
+    ckpt_dir: str, state: TrainState, monkeypatch: pytest.MonkeyPatch, state_file: str
+) -> None:
+    # 10,000 manifests newer than the one checkpoint, without data files: a
+    # resume reads the checkpoint it restores (and the state file), not them.
+    _save_steps(ckpt_dir, state, [5])
+    if state_file == "none":
+        Path(ckpt_dir, "checkpoint").unlink()
+    elif state_file == "hostile":  # a state file naming every junk manifest, newest last
+        names = [f"model.ckpt-{step}" for step in [5, *range(100, 10_100)]]
+        Path(ckpt_dir, "checkpoint").write_bytes(saver_module._format_state(names, [], 0.0))
+    elif state_file == "foreign":  # another program's: damage here, as ours are beside it
+        Path(ckpt_dir, "checkpoint").write_text("written by someone else\n")
+    _flood(ckpt_dir, 10_000, 100)
+    opened = _count_reads(monkeypatch)
+    fresh = make_fresh(state)
+    with pytest.warns(CorruptCheckpointWarning) as caught:
+        manifest = restore_latest(fresh, ckpt_dir)
+    assert manifest is not None
+    assert manifest.step == 5
+    assert fresh["w"][0, 0] == 5
+    assert set(opened) <= {"checkpoint", "model.ckpt-5.json", "model.ckpt-5.safetensors"}
+    # The state file's first bytes and its parse; the manifest; the data file
+    # verified, then read into the state's arrays in place.
+    assert len(opened) <= 5, opened
+    # The skipped ones are named from the listing, a few of them, in one warning.
+    [message] = [str(w.message) for w in caught if "incomplete" in str(w.message)]
+    assert (
+        "model.ckpt-10099 is incomplete: the data file is missing (model.ckpt-10099.safetensors"
+        in message
+    )
+    assert "and 9990 more" in message
+    assert "restoring the older" in message
+
+
+def test_restore_latest_of_a_flood_without_a_checkpoint_reads_one_manifest(
+    ckpt_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing restores; one manifest of ours shows the directory holds checkpoints,
+    # so a run refuses to start afresh over them, after one read.
+    os.makedirs(ckpt_dir)
+    _flood(ckpt_dir, 10_000, 100)
+    opened = _count_reads(monkeypatch)
+    with pytest.raises(NoValidCheckpointError, match="none can be restored") as raised:
+        restore_latest(TrainState({"w": np.zeros(2)}), ckpt_dir)
+    assert opened == ["model.ckpt-10099.json"]
+    assert "model.ckpt-10099 is incomplete: the data file is missing (model.ckpt-10099." in str(
+        raised.value
+    )
+    assert "and 9990 more" in str(raised.value)
+
+
+def test_restore_latest_over_manifests_of_someone_else_starts_afresh(ckpt_dir: str) -> None:
+    # JSON files named like manifests, not ours, without data files: not checkpoints.
+    os.makedirs(ckpt_dir)
+    for step in (1, 2):
+        Path(ckpt_dir, f"model.ckpt-{step}.json").write_text('{"someone": "else"}')
+    assert restore_latest(TrainState({"w": np.zeros(2)}), ckpt_dir) is None
+
+
 def test_checkpoints_iterator_skips_a_damaged_newest_once_until_it_changes(
     ckpt_dir: str, state: TrainState, caplog: pytest.LogCaptureFixture
 ) -> None:

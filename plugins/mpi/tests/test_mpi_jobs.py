@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -316,3 +318,76 @@ def test_a_finished_job_started_again_takes_no_step(run_mpi: Any, tmp_path: Path
     _ok(again)
     assert [r["step"] for r in results.values()] == [6, 6]
     assert not list((tmp_path / "ckpt").glob("model.ckpt-7*"))
+
+
+@pytest.mark.parametrize("mode", ["once", "repeatedly"])
+def test_a_sharded_evaluator_beside_a_live_trainer_evaluates_one_checkpoint_on_every_rank(
+    run_mpi: Any, tmp_path: Path, mode: str
+) -> None:
+    # The trainer saves every few milliseconds and keeps its newest two: the
+    # checkpoint the chief picks may be gone a moment later, and rank 1 would
+    # list another one. Every rank must evaluate the chief's pick, together.
+    ckpt_dir = tmp_path / "ckpt"
+    ckpt_dir.mkdir()
+    script = Path(__file__).parent / "scripts" / "evaluate_beside_trainer.py"
+    trainer = subprocess.Popen(
+        [sys.executable, str(script), "trainer", str(ckpt_dir), "4"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        proc, results = run_mpi(2, script.name, mode, str(ckpt_dir), env={"EVALUATIONS": "40"})
+    finally:
+        if mode == "once":
+            trainer.kill()
+        trainer_output = trainer.communicate(timeout=60)[0]
+    _ok(proc)
+    assert sorted(results) == [0, 1]
+    assert results[0] == results[1], "the ranks evaluated different checkpoints"
+    evaluated = [r for r in results[0] if r[0] != "none"]
+    assert evaluated, trainer_output
+    for path, step, mean in evaluated:
+        assert path.endswith(f"model.ckpt-{step}")
+        assert mean == step, f"rank states differ: {path} evaluated as {mean}"
+    if mode == "repeatedly":
+        assert trainer.returncode == 0, trainer_output
+        assert evaluated[-1][1] == 1_000_000
+
+
+def test_a_checkpoint_damaged_on_the_chief_is_skipped_by_every_rank(
+    run_mpi: Any, tmp_path: Path
+) -> None:
+    import monitored
+    from monitored_checkpoint import Saver
+
+    ckpt_dir = tmp_path / "ckpt"
+    for step in (1, 2):
+        state = monitored.TrainState({"w": np.full(1000, float(step))}, global_step=step)
+        Saver().save(state, str(ckpt_dir / "model.ckpt"))
+    data = ckpt_dir / "model.ckpt-2.safetensors"
+    data.write_bytes(data.read_bytes()[:-1] + b"x")
+    proc, results = run_mpi(
+        2, "evaluate_beside_trainer.py", "once", str(ckpt_dir), env={"EVALUATIONS": "2"}
+    )
+    _ok(proc)
+    evaluated = [[str(ckpt_dir / "model.ckpt-1"), 1, 1.0]] * 2  # fresh and template states
+    assert results == {0: evaluated, 1: evaluated}
+    # One warning per evaluation: the chief's, which alone reads the checkpoints.
+    assert proc.stderr.count("skipping checkpoint") == 2, proc.stderr
+
+
+def test_no_checkpoint_to_evaluate_is_the_same_error_on_every_rank(
+    run_mpi: Any, tmp_path: Path
+) -> None:
+    ckpt_dir = tmp_path / "ckpt"
+    ckpt_dir.mkdir()
+    (ckpt_dir / "model.ckpt-3.json").write_text("{not json")  # unusable, and the only one
+    proc, results = run_mpi(
+        2, "evaluate_beside_trainer.py", "once", str(ckpt_dir), env={"EVALUATIONS": "1"}
+    )
+    _ok(proc)
+    assert results[0] == results[1]
+    [[kind, message]] = results[0]
+    assert kind == "none"
+    assert f"checkpoint directory {ckpt_dir} holds no checkpoint to evaluate" in message

@@ -21,17 +21,20 @@ import logging
 import os
 import sys
 import time
+import warnings
 from collections.abc import Awaitable, Iterable
-from typing import TYPE_CHECKING, Any, ClassVar, final
+from types import FrameType
+from typing import TYPE_CHECKING, Any, ClassVar, Final, final
 
 import anyio.to_thread
 
 from monitored import SecondOrStepTimer
 
 from . import _capability
+from ._errors import CorruptCheckpointWarning
 from ._format import Snapshot, SnapshotBuffers, take_snapshot
 from ._preemption import SignalWatcher
-from ._saver import Saver, restore_latest
+from ._saver import Saver, restore_latest_quietly
 from ._store import open_store
 from ._writer import BackgroundWriter, PendingWrite
 
@@ -123,16 +126,50 @@ def _uses_cupy() -> bool:
     return "cupy" in sys.modules
 
 
+#: The packages between a user's code and a restore: the session runtime, this
+#: project's plugins, the event loops. A warning skips their frames.
+_LIBRARY_PACKAGES: Final = ("monitored", "anyio", "asyncio", "trio", "sniffio", "contextlib")
+
+
+def _is_library(module: str) -> bool:
+    package = module.partition(".")[0]
+    return package in _LIBRARY_PACKAGES or package.startswith("monitored_")
+
+
+def _users_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning issued by the caller at the user's code.
+
+    The first frame, going out from the caller, of a module outside the library
+    (:data:`_LIBRARY_PACKAGES`, ``monitored_*``): the line that entered the
+    session, or called the function that did. Awaiting coroutines chain their
+    frames, so it is on the stack. Without one (a session entered by the
+    library itself on a bare event loop), the caller's own line (``1``).
+    """
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and _is_library(frame.f_globals.get("__name__", "")):
+        frame = frame.f_back
+        level += 1
+    return level if frame is not None else 1
+
+
 async def _restore(session: MonitoredSession, checkpoint_dir: str) -> str | None:
     """Restore ``session.state`` and the plugin states; the checkpoint's path or ``None``."""
     if _uses_cupy():
-        manifest = restore_latest(session.state, checkpoint_dir, session_plugin_states=True)
+        manifest, skipped = restore_latest_quietly(
+            session.state, checkpoint_dir, session_plugin_states=True
+        )
     else:
-        manifest = await anyio.to_thread.run_sync(
-            functools.partial(restore_latest, session_plugin_states=True),
+        manifest, skipped = await anyio.to_thread.run_sync(
+            functools.partial(restore_latest_quietly, session_plugin_states=True),
             session.state,
             checkpoint_dir,
         )
+    # Warned here, on the loop's thread, where the user's code is on the stack:
+    # attributed to the line that entered the session, not to a worker thread.
+    level = _users_stacklevel()
+    for message in skipped:
+        warnings.warn(message, CorruptCheckpointWarning, stacklevel=level)
     if manifest is None:
         log.info("No checkpoint in %s: starting afresh", checkpoint_dir)
         return None

@@ -16,6 +16,7 @@ checkpoints, is an error rather than a silent fresh start.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ import time
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, final
+from typing import Any, Final, NamedTuple, final
 
 import anyio
 import anyio.to_thread
@@ -240,8 +241,15 @@ def _state_file_is_foreign(store: Store, names: Sequence[str]) -> bool:
 
 
 def _holds_our_checkpoints(store: Store, names: Sequence[str]) -> bool:
-    """Whether the directory holds a manifest this package wrote."""
-    return any(_is_our_manifest(store, n + MANIFEST_SUFFIX) for n in _manifest_names(store, names))
+    """Whether the directory holds a manifest this package wrote.
+
+    Read newest first, complete checkpoints before incomplete ones, up to the first of ours.
+    """
+    listing = _Listing(names, ())
+    return any(
+        _is_our_manifest(store, name + MANIFEST_SUFFIX)
+        for name in [*listing.complete, *(entry.name for entry in listing.incomplete())]
+    )
 
 
 def checkpoint_state(checkpoint_dir: str | os.PathLike[str]) -> CheckpointState | None:
@@ -526,16 +534,47 @@ def restore_latest(
     session's ``load_plugin_states`` takes; a checkpoint where one does not is
     damaged (the plugin named) and skipped like any other.
 
+    What it reads is what it needs: the listing, the state file, and the
+    checkpoints it tries, newest first, until one restores. Only checkpoints
+    whose manifest and data file are both listed are tried; the others (a
+    manifest whose data file is missing, a name in the state file without a
+    manifest) are named from the listing, unread: a directory flooded with
+    manifests, or a state file naming thousands of checkpoints, costs no read
+    per file. Those newer than the checkpoint restored are named in one
+    warning; a manifest is read only when nothing restores, to tell a directory
+    of ours whose checkpoints are all incomplete (an error) from stray files (a
+    fresh start), and only up to the first one of ours.
+
     A state file this package did not write makes the directory foreign only
     when it holds no checkpoint of ours; otherwise it is damage, reported and
     ignored, and the directory's own listing decides.
     """
+    manifest, skipped = restore_latest_quietly(
+        state, checkpoint_dir, session_plugin_states=session_plugin_states
+    )
+    for message in skipped:
+        warnings.warn(message, CorruptCheckpointWarning, stacklevel=2)
+    return manifest
+
+
+def restore_latest_quietly(
+    state: TrainState,
+    checkpoint_dir: str | os.PathLike[str],
+    *,
+    session_plugin_states: bool = False,
+) -> tuple[Manifest | None, list[str]]:
+    """:func:`restore_latest`, returning its warnings' messages instead of warning.
+
+    For a caller that restores in a worker thread: a warning issued there would
+    be attributed to the thread's frames; the caller warns on its own thread,
+    at the user's line.
+    """
     store = open_store(checkpoint_dir)
     names = store.list()
     if not names:
-        return None
-    candidates: list[str] = []
+        return None, []
     failures: list[tuple[str, str]] = []
+    skipped: list[str] = []
     saved: CheckpointState | None = None
     if _state_file_is_foreign(store, names):
         if not _holds_our_checkpoints(store, names):
@@ -550,9 +589,16 @@ def restore_latest(
             failures.append(
                 (store.path(STATE_FILENAME), f"the state file cannot be parsed ({exc})")
             )
-    if saved is not None:
-        candidates += reversed(saved.names)
-    candidates += [n for n in _manifest_names(store, names) if n not in candidates]
+    # Only checkpoints whose two files are listed are read, the state file's
+    # newest first: the incomplete ones are named from the listing, unread, so a
+    # directory flooded with manifests (or a state file naming thousands) costs
+    # the listing and the checkpoint restored.
+    saved_names = saved.names if saved is not None else ()
+    listing = _Listing(names, saved_names)
+    complete = listing.complete
+    listed = set(complete)
+    candidates = [n for n in reversed(saved_names) if n in listed]
+    candidates += [n for n in complete if n not in candidates]
     for name in candidates:
         try:
             manifest = read_manifest(store, name)
@@ -563,26 +609,140 @@ def restore_latest(
         except (CorruptCheckpointError, CheckpointNotFoundError) as exc:
             failures.append((store.path(name), str(exc)))
             continue
+        instead = f"restoring the older {manifest.path} (step {manifest.step}) instead"
         for where, why in failures:
-            warnings.warn(
-                f"skipping checkpoint {where}: {why}; restoring the older {manifest.path} "
-                f"(step {manifest.step}) instead",
-                CorruptCheckpointWarning,
-                stacklevel=2,
-            )
-        return manifest
-    if candidates:
-        listing = "\n".join(f"  {where}: {why}" for where, why in failures)
+            skipped.append(f"skipping checkpoint {where}: {why}; {instead}")
+        newer, count = listing.newer(_prefix(name), manifest.step)
+        if newer:
+            skipped.append(f"skipping {_describe(store, newer, count)}; {instead}")
+        return manifest, skipped
+    # Which series of names are checkpoints: those tried, those of the state file,
+    # else that of the newest incomplete manifest that is ours (read up to it).
+    incomplete = listing.incomplete()
+    series = {_prefix(name) for name in [*candidates, *saved_names]}
+    if not series:
+        ours = next(
+            (
+                entry
+                for entry in incomplete
+                if entry.has_manifest and _is_our_manifest(store, entry.name + MANIFEST_SUFFIX)
+            ),
+            None,
+        )
+        series = set() if ours is None else {_prefix(ours.name)}
+    if series:
+        lines = "".join(f"\n  {where}: {why}" for where, why in failures)
+        shown = [entry for entry in incomplete if _prefix(entry.name) in series]
+        if shown:
+            lines += f"\n  {_describe(store, shown[:_NAMED_INCOMPLETE], len(shown))}"
         raise NoValidCheckpointError(
             f"checkpoint directory {store.url} holds checkpoints, but none can be restored; "
-            f"refusing to start afresh over them:\n{listing}"
+            f"refusing to start afresh over them:{lines}"
         )
     foreign = _foreign_files(store, names)
     if foreign:
         raise ForeignCheckpointError(_foreign_message(store, foreign, names))
-    for where, why in failures:
-        warnings.warn(f"ignoring {where}: {why}", CorruptCheckpointWarning, stacklevel=2)
-    return None
+    return None, [f"ignoring {where}: {why}" for where, why in failures]
+
+
+#: How many incomplete checkpoints a warning or an error names one by one.
+_NAMED_INCOMPLETE: Final = 10
+#: The most digits of a step in a checkpoint name (as ``step_of`` reads them).
+_MAX_STEP_DIGITS: Final = 20
+
+
+class _Incomplete(NamedTuple):
+    """A checkpoint of the listing or the state file that lacks one of its two files.
+
+    A tuple (step first), so that thousands of them sort fast, newest first.
+    """
+
+    step: int
+    name: str
+    has_manifest: bool
+
+    def why(self) -> str:
+        if self.has_manifest:
+            data = self.name + DATA_SUFFIX
+            return f"is incomplete: the data file is missing ({data} is not listed)"
+        return f"does not exist: no manifest {self.name}{MANIFEST_SUFFIX} is listed"
+
+
+@final
+class _Listing:
+    """The checkpoints of a listing: complete (both files listed) or incomplete.
+
+    Decided from the listing (and the names in the state file) alone: nothing
+    is read. Steps are parsed only of the names asked about, so that the
+    incomplete ones of a series cost a string test each.
+    """
+
+    __slots__ = ("_data_less", "_unlisted", "complete")
+
+    def __init__(self, names: Sequence[str], saved_names: Sequence[str]) -> None:
+        manifests = {
+            file[: -len(MANIFEST_SUFFIX)]
+            for file in names
+            if file.endswith(MANIFEST_SUFFIX) and not file.startswith(".")
+        }
+        data = {file[: -len(DATA_SUFFIX)] for file in names if file.endswith(DATA_SUFFIX)}
+        steps = ((step_of(name), name) for name in manifests & data)
+        #: The complete checkpoints, newest first.
+        self.complete = [name for step, name in sorted(steps, reverse=True) if step is not None]
+        self._data_less = manifests - data
+        self._unlisted = {
+            name for name in saved_names if name not in manifests and is_plain_name(name)
+        }
+
+    def incomplete(self) -> list[_Incomplete]:
+        """Every incomplete checkpoint, newest first."""
+        found = [
+            _Incomplete(step, name, has_manifest)
+            for names, has_manifest in ((self._data_less, True), (self._unlisted, False))
+            for name in names
+            if (step := step_of(name)) is not None
+        ]
+        return sorted(found, reverse=True)
+
+    def newer(self, series: str, step: int) -> tuple[list[_Incomplete], int]:
+        """The newest few incomplete checkpoints of ``series`` after ``step``, and their count.
+
+        A string test per name: a flood of thousands costs little more than its listing.
+        """
+        start = len(series) + 1
+        found: list[tuple[int, str, bool]] = []
+        for names, has_manifest in ((self._data_less, True), (self._unlisted, False)):
+            for name in names:
+                digits = name[start:]
+                if (
+                    name.startswith(series)
+                    and name[start - 1 : start] == "-"
+                    and digits.isdigit()
+                    and digits.isascii()
+                    and len(digits) <= _MAX_STEP_DIGITS
+                    and int(digits) > step
+                ):
+                    found.append((int(digits), name, has_manifest))
+        newest = heapq.nlargest(_NAMED_INCOMPLETE, found)
+        return [_Incomplete(*entry) for entry in newest], len(found)
+
+
+def _prefix(name: str) -> str:
+    """The series of a checkpoint name: ``model.ckpt`` of ``model.ckpt-5``."""
+    return name.rpartition("-")[0]
+
+
+def _describe(store: Store, shown: Sequence[_Incomplete], count: int) -> str:
+    """``count`` incomplete checkpoints for a warning or an error, the newest ``shown`` named."""
+    if count == 1:
+        return f"checkpoint {store.path(shown[0].name)} {shown[0].why()}"
+    more = count - len(shown)
+    return (
+        f"{count} incomplete checkpoints in {store.url} ("
+        + "; ".join(f"{entry.name} {entry.why()}" for entry in shown)
+        + (f"; and {more} more" if more else "")
+        + ")"
+    )
 
 
 def _foreign_files(store: Store, names: Sequence[str]) -> list[str]:
