@@ -298,7 +298,11 @@ def _is_synchronous_def(objective: Callable[..., Any]) -> bool:
 
 
 def _name_of(objective: object) -> str:
-    return getattr(objective, "__qualname__", None) or repr(objective)
+    """The function's qualified name (a ``partial``'s function's), for error messages."""
+    while isinstance(objective, functools.partial):
+        objective = objective.func
+    name = getattr(objective, "__qualname__", None)
+    return name.rpartition("<locals>.")[2] if isinstance(name, str) else repr(objective)
 
 
 def resume_trial(study: optuna.Study, number: int) -> optuna.trial.Trial:
