@@ -151,7 +151,8 @@ async def test_a_synchronous_function_is_refused_before_any_trial() -> None:
         with pytest.raises(TypeError, match="objective is a synchronous function") as refused:
             await optimize(study, given, n_trials=2, concurrency=2)  # type: ignore[arg-type]
         assert "async def objective(trial): return await train(trial)" in str(refused.value)
-    assert ran == [] and study.trials == []
+    assert ran == []
+    assert study.trials == []
 
 
 async def test_a_callable_returning_no_awaitable_is_refused_at_its_first_trial_only() -> None:
