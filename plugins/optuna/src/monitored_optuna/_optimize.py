@@ -124,7 +124,7 @@ async def optimize(
 
     async def worker() -> None:
         nonlocal started
-        while started < n_trials and time.monotonic() < deadline and run.signal is None:
+        while started < n_trials and time.monotonic() < deadline and not run.ended:
             started += 1
             await _run_trial(run)
 
@@ -138,7 +138,7 @@ async def optimize(
         log.warning(
             "optimize: interrupted (SIGINT); trial(s) %s told FAIL (their checkpoints are "
             "saved), no further trial started",
-            run.stopped,
+            sorted(run.stopped),
         )
         raise KeyboardInterrupt
     if run.signal is not None:
@@ -146,7 +146,7 @@ async def optimize(
             "optimize: stopped by %s; trial(s) %s left RUNNING with their checkpoints, to be "
             "resumed with monitored_optuna.resume_trial(study, number); no further trial started",
             run.signal,
-            run.stopped,
+            sorted(run.stopped),
         )
 
 
@@ -165,6 +165,11 @@ class _Run:
     #: The trials' failures (not cancellations), in the order they happened.
     failures: list[BaseException] = field(default_factory=list)
 
+    @property
+    def ended(self) -> bool:
+        """Whether no trial is to start: a signal stopped trials, or one failed."""
+        return self.signal is not None or bool(self.failures)
+
 
 async def _run_trial(run: _Run) -> None:
     import optuna
@@ -172,7 +177,7 @@ async def _run_trial(run: _Run) -> None:
 
     study, catch, callbacks = run.study, run.catch, run.callbacks
     trial = await anyio.to_thread.run_sync(study.ask)
-    if run.signal is not None or run.failures:
+    if run.ended:
         # The search ended while this trial was being asked for: it never ran.
         with anyio.CancelScope(shield=True):
             await _tell(study, trial, None, TrialState.FAIL, callbacks)
