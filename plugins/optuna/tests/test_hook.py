@@ -390,6 +390,24 @@ async def test_the_state_names_its_trial_and_a_checkpoint_of_another_trial_is_re
     assert sorted(reported(first)) == [2, 4, 6]
 
 
+async def test_a_pruned_trial_of_another_study_is_refused_not_pruned_again(tmp_path: Path) -> None:
+    old = optuna.create_study(study_name="old", pruner=optuna.pruners.ThresholdPruner(upper=0.5))
+    with pytest.raises(optuna.TrialPruned):
+        await run_session(
+            [OptunaPruningHook(old.ask(), "loss", every_n_steps=1), saver(tmp_path)],
+            losses_step,
+            state=new_state(),
+        )
+    new = optuna.create_study(study_name="new")
+    with pytest.raises(OptunaConfigError, match="saved by trial 0 of study 'old'"):
+        await run_session(
+            [OptunaPruningHook(new.ask(), "loss", every_n_steps=1), saver(tmp_path)],
+            losses_step,
+            state=new_state(),
+        )
+    assert [t.state for t in new.trials] == [optuna.trial.TrialState.RUNNING], "not PRUNED"
+
+
 class OldHook:
     """What ``OptunaPruningHook`` saved before version 2: the steps, no trial."""
 
