@@ -113,8 +113,12 @@ async def objective(
         optimizer.create_slots(state)
 
     held_out = [(x_test[i : i + 128], y_test[i : i + 128]) for i in range(0, len(y_test), 128)]
+    # One directory per study, then per trial: a checkpoint of another study's trial of
+    # the same number is refused, never trained on under this trial's parameters.
     model_dir = (
-        None if checkpoint_dir is None else os.path.join(checkpoint_dir, f"trial-{trial.number}")
+        None
+        if checkpoint_dir is None
+        else os.path.join(checkpoint_dir, trial.study.study_name, f"trial-{trial.number}")
     )
     result = await monitored.train_and_evaluate(
         monitored.TrainSpec(
@@ -191,7 +195,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4, help="trials at once")
     parser.add_argument("--storage", default=None, help="e.g. sqlite:///runs/sweep.db")
     parser.add_argument("--study-name", default="sweep")
-    parser.add_argument("--checkpoint-dir", default=None, help="one directory per trial in it")
+    parser.add_argument(
+        "--checkpoint-dir", default=None, help="<study name>/trial-<number> in it per trial"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     log.setLevel(logging.INFO)

@@ -266,4 +266,5 @@ def test_sweep_prunes_a_poor_trial_and_finds_the_better_one(
     assert study.best_value > 0.8
     pruned = trials[2]
     assert max(pruned.intermediate_values) < 60, "pruned before its last step"
-    assert (tmp_path / "trial-2" / "checkpoint").exists(), "the pruned trial's checkpoint"
+    directory = tmp_path / study.study_name / "trial-2"
+    assert (directory / "checkpoint").exists(), "the pruned trial's checkpoint"

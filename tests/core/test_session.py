@@ -1531,3 +1531,37 @@ async def test_before_close_failing_after_a_normal_end_is_raised(state: TrainSta
     with pytest.raises(OSError, match="the tracker is gone"):
         async with monitored.MonitoredSession(state, hooks=[ClosingWatcher(fail=True)]) as sess:
             await run_steps(sess, 1)
+
+
+class _SignalStopper:
+    """A hook that stops the session as a signal handler would, and says so."""
+
+    def __init__(self, at_step: int) -> None:
+        self.at_step = at_step
+        self.preempted_by: str | None = None
+
+    def after_run(self, run_context: monitored.SessionRunContext, run_values: Any) -> None:
+        if run_context.session.state.global_step == self.at_step:
+            self.preempted_by = "SIGTERM"
+            run_context.request_stop()
+
+
+async def test_stopped_by_signal_names_the_signal_a_hook_stopped_the_session_on() -> None:
+    quiet = _SignalStopper(at_step=-1)
+    state = TrainState({"w": np.zeros(2)})
+    hooks: list[object] = [quiet, monitored.StopAtStepHook(5)]
+    async with monitored.MonitoredSession(state, hooks=hooks) as session:
+        assert session.stopped_by_signal is None
+        while not session.should_stop():
+            await session.run(counting_step)
+    assert session.stopped_by_signal is None, "a stop at the last step is no signal"
+
+    stopper = _SignalStopper(at_step=3)
+    odd = _SignalStopper(at_step=-1)
+    odd.preempted_by = 15  # type: ignore[assignment]  # not a name: not taken for one
+    hooks = [odd, stopper, monitored.StopAtStepHook(100)]
+    async with monitored.MonitoredSession(TrainState({"w": np.zeros(2)}), hooks=hooks) as session:
+        while not session.should_stop():
+            await session.run(counting_step)
+    assert session.state.global_step == 3
+    assert session.stopped_by_signal == "SIGTERM", "still known after the session closed"

@@ -273,6 +273,25 @@ class MonitoredSession:
         return self._plan.infos if self._plan is not None else ()
 
     @property
+    def stopped_by_signal(self) -> str | None:
+        """The name of the signal (``"SIGTERM"``, ``"SIGINT"``) that stopped the session, if any.
+
+        A hook that turns a signal into a clean stop says so with a
+        ``preempted_by`` attribute naming the signal it received (``None``
+        until then), as ``monitored-checkpoint``'s ``CheckpointSaverHook``
+        does; this is the first such name among the session's hooks and
+        plugins. A session stopped by a signal closes normally (its last
+        checkpoint saved, ``end`` run): code that runs sessions (a
+        hyper-parameter search, a loop over runs) reads this after the
+        ``async with`` to tell "interrupted" from "finished".
+        """
+        for info in self.plugins:
+            name = getattr(info.plugin, "preempted_by", None)
+            if isinstance(name, str):
+                return name
+        return None
+
+    @property
     def last_outputs(self) -> Mapping[str, Any]:
         """The outputs of the most recent step (empty before the first)."""
         return self._outputs

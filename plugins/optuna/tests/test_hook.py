@@ -322,9 +322,116 @@ async def test_a_malformed_saved_state_is_an_error_naming_the_hook() -> None:
     with pytest.raises(
         MonitoredValueError, match="OptunaPruningHook: the saved state is malformed"
     ):
-        hook.load_plugin_state({"last_reported_step": "3", "pruned_step": None})
+        hook.load_plugin_state({"last_reported_step": "3", "pruned_step": None}, 2)
     with pytest.raises(MonitoredValueError, match="malformed"):
-        hook.load_plugin_state({"last_reported_step": 3, "pruned_step": True})
+        hook.load_plugin_state({"last_reported_step": 3, "pruned_step": True}, 2)
+    steps = {"last_reported_step": 3, "pruned_step": None}
+    for identity in (
+        {"study": 7, "trial": 0, "params": {}},
+        {"study": "s", "trial": "0", "params": {}},
+        {"study": "s", "trial": 0, "params": [1]},
+        {},  # a version-2 state must name its trial
+    ):
+        with pytest.raises(MonitoredValueError, match="'study' .a name or None., 'trial'"):
+            hook.load_plugin_state({**steps, **identity}, 2)
+
+
+def fixed_trial(study: optuna.Study, lr: float) -> optuna.trial.Trial:
+    """A trial of ``study`` whose ``lr`` is ``lr``."""
+    study.enqueue_trial({"lr": lr})
+    trial = study.ask()
+    assert trial.suggest_float("lr", 1e-4, 1.0, log=True) == lr
+    return trial
+
+
+async def test_the_state_names_its_trial_and_a_checkpoint_of_another_trial_is_refused(
+    tmp_path: Path,
+) -> None:
+    # What rerunning a sweep into the same trial-<number> directories did: trial 0 of
+    # a new study resumed the old trial 0's model under new parameters.
+    old = optuna.create_study(study_name="old")
+    first = fixed_trial(old, 0.1)
+    await run_session(
+        [OptunaPruningHook(first, "loss", every_n_steps=2), saver(tmp_path)],
+        losses_step,
+        state=new_state(),
+        max_steps=4,
+    )
+    new = optuna.create_study(study_name="new")
+    again = fixed_trial(new, 0.01)
+    ends = Ends()
+    with pytest.raises(OptunaConfigError) as refused:
+        await run_session(
+            [OptunaPruningHook(again, "loss", every_n_steps=2), ends, saver(tmp_path)],
+            losses_step,
+            state=new_state(),
+        )
+    message = str(refused.value)
+    assert str(tmp_path / "model.ckpt-4") in message
+    assert "trial 0 of study 'old' with params {'lr': 0.1}" in message
+    assert "trial 0 of study 'new' with params {'lr': 0.01}" in message
+    assert "runs/<study name>/trial-<number>" in message
+    assert ends.steps == [], "refused before any step (and no end: it is a failure)"
+    assert reported(again) == {}
+    # Same study, another trial number; same trial, other params: refused too.
+    for other in (fixed_trial(old, 0.1), fixed_trial(old, 0.2)):
+        with pytest.raises(OptunaConfigError, match="was saved by trial 0 of study 'old'"):
+            await run_session(
+                [OptunaPruningHook(other, "loss", every_n_steps=2), saver(tmp_path)],
+                losses_step,
+                state=new_state(),
+            )
+    # The trial itself goes on from its checkpoint.
+    resumed = OptunaPruningHook(optuna.trial.Trial(old, first._trial_id), "loss", every_n_steps=2)
+    result = await run_session(
+        [resumed, saver(tmp_path)], losses_step, state=new_state(), max_steps=2
+    )
+    assert result.state.global_step == 6
+    assert sorted(reported(first)) == [2, 4, 6]
+
+
+async def test_a_pruned_trial_of_another_study_is_refused_not_pruned_again(tmp_path: Path) -> None:
+    old = optuna.create_study(study_name="old", pruner=optuna.pruners.ThresholdPruner(upper=0.5))
+    with pytest.raises(optuna.TrialPruned):
+        await run_session(
+            [OptunaPruningHook(old.ask(), "loss", every_n_steps=1), saver(tmp_path)],
+            losses_step,
+            state=new_state(),
+        )
+    new = optuna.create_study(study_name="new")
+    with pytest.raises(OptunaConfigError, match="saved by trial 0 of study 'old'"):
+        await run_session(
+            [OptunaPruningHook(new.ask(), "loss", every_n_steps=1), saver(tmp_path)],
+            losses_step,
+            state=new_state(),
+        )
+    assert [t.state for t in new.trials] == [optuna.trial.TrialState.RUNNING], "not PRUNED"
+
+
+class OldHook:
+    """What ``OptunaPruningHook`` saved before version 2: the steps, no trial."""
+
+    plugin_name = "optuna_pruning"
+    plugin_state_version = 1
+
+    def plugin_state(self) -> dict[str, Any]:
+        return {"last_reported_step": 2, "pruned_step": None}
+
+
+async def test_a_version_1_state_is_read_and_no_identity_is_checked(tmp_path: Path) -> None:
+    hook = OptunaPruningHook(new_trial(), "loss")
+    hook.load_plugin_state({"last_reported_step": 4, "pruned_step": 6}, 1)
+    assert (hook.last_reported_step, hook.pruned_step) == (4, 6)
+    # A checkpoint of the old hook, which saved version 1 (steps only): the new one
+    # goes on from it.
+    await run_session([OldHook(), saver(tmp_path)], losses_step, state=new_state(), max_steps=2)
+    other = new_trial()
+    resumed = OptunaPruningHook(other, "loss", every_n_steps=2)
+    result = await run_session(
+        [resumed, saver(tmp_path)], losses_step, state=new_state(), max_steps=2
+    )
+    assert result.state.global_step == 4
+    assert sorted(reported(other)) == [4], "step 2 was reported (the old state says so)"
 
 
 def test_watching_evaluations_it_has_no_per_step_hooks() -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -17,7 +20,13 @@ import pytest
 from optuna.trial import TrialState
 
 import monitored
-from monitored_optuna import OptunaConfigError, OptunaPruningHook, current_trial, optimize
+from monitored_optuna import (
+    OptunaConfigError,
+    OptunaPruningHook,
+    current_trial,
+    optimize,
+    resume_trial,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -136,11 +145,74 @@ async def test_a_multi_objective_study_gets_its_values() -> None:
     assert [t.values for t in study.trials] == [[1.0, 2.0], [1.0, 2.0]]
 
 
-async def test_a_synchronous_objective_is_refused_and_its_trial_failed() -> None:
+async def test_a_synchronous_function_is_refused_before_any_trial() -> None:
     study = optuna.create_study()
-    with pytest.raises(OptunaConfigError, match="objective must be an async function"):
-        await optimize(study, lambda trial: 1.0, n_trials=2)  # type: ignore[arg-type,return-value]
-    assert states(study) == [TrialState.FAIL]
+    ran = []
+
+    def objective(trial: optuna.trial.Trial) -> float:
+        ran.append(trial)
+        return 1.0
+
+    for given in (objective, functools.partial(objective)):
+        with pytest.raises(TypeError, match="objective is a synchronous function") as refused:
+            await optimize(study, given, n_trials=2, concurrency=2)  # type: ignore[arg-type]
+        assert "async def objective(trial): return await train(trial)" in str(refused.value)
+    assert ran == []
+    assert study.trials == []
+
+
+async def test_a_callable_returning_no_awaitable_is_refused_at_its_first_trial_only() -> None:
+    # A lambda cannot be async: what it returns is checked at its first call.
+    study = optuna.create_study()
+    calls = []
+
+    def value(trial: optuna.trial.Trial) -> float:
+        calls.append(trial.number)
+        return 1.0
+
+    with pytest.raises(TypeError, match="returned float for trial 0; use Optuna's study.optimize"):
+        await optimize(study, lambda trial: value(trial), n_trials=8, concurrency=4)  # type: ignore[arg-type,return-value]
+    assert calls == [0], "no other trial called it"
+    assert all(state == TrialState.FAIL for state in states(study))
+
+
+async def test_an_async_objective_whose_value_is_a_coroutine_forgot_an_await() -> None:
+    study = optuna.create_study()
+
+    async def train(trial: optuna.trial.Trial) -> float:
+        return 1.0
+
+    async def objective(trial: optuna.trial.Trial) -> Any:
+        return train(trial)  # the await forgotten
+
+    # Warnings are errors here: the coroutine is closed, not left "never awaited".
+    with pytest.raises(TypeError, match="did you forget `await` in the objective"):
+        await optimize(study, objective, n_trials=4, concurrency=2)
+    assert all(state == TrialState.FAIL for state in states(study))
+    # A lambda over an async function is fine.
+    await optimize(study, lambda trial: train(trial), n_trials=2)
+    assert states(study)[-2:] == [TrialState.COMPLETE] * 2
+
+
+async def test_several_trials_failing_at_once_raise_the_first_with_the_others_in_notes() -> None:
+    study = optuna.create_study()
+    ready = anyio.Event()
+
+    async def objective(trial: optuna.trial.Trial) -> float:
+        if trial.number == 2:
+            ready.set()
+        await ready.wait()
+        # All three fail in the same pass of the event loop, before any is cancelled.
+        raise ValueError(f"trial {trial.number} broke")
+
+    with pytest.raises(ValueError, match="trial 0 broke") as raised:
+        await optimize(study, objective, n_trials=6, concurrency=3)
+    assert not isinstance(raised.value, BaseExceptionGroup)
+    assert raised.value.__notes__ == [
+        "optimize: 2 other trial(s) failed at the same time: "
+        "ValueError: trial 1 broke; ValueError: trial 2 broke"
+    ]
+    assert states(study) == [TrialState.FAIL] * 3
 
 
 async def test_callbacks_see_each_told_trial() -> None:
@@ -249,3 +321,224 @@ def test_two_processes_share_one_sqlite_study(tmp_path: Path) -> None:
     assert all(t.state == TrialState.COMPLETE for t in trials)
     assert sorted(t.user_attrs["worker"] for t in trials) == ["a"] * 6 + ["b"] * 6
     assert all(sorted(t.intermediate_values) == [0, 1, 2] for t in trials)
+
+
+SWEEP = textwrap.dedent(
+    """
+    import os, sys
+
+    import anyio
+    import numpy as np
+    import optuna
+
+    import monitored
+    from monitored_optuna import OptunaPruningHook, optimize, resume_trial
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage, root, mode = sys.argv[1:4]
+    study = optuna.load_study(study_name="sweep", storage=storage)
+    reached = set()
+
+
+    async def objective(trial):
+        lr = trial.suggest_float("lr", 1e-3, 1e-1, log=True)
+
+        def step(state):
+            state["w"] -= lr
+            state.global_step += 1
+            return {"loss": np.float32(1.0 / state.global_step)}
+
+        hooks = [OptunaPruningHook(trial, "loss", every_n_steps=5)] if mode == "hook" else []
+        state = monitored.TrainState({"w": np.zeros(4, np.float32)})
+        async with monitored.MonitoredTrainingSession(
+            state,
+            checkpoint_dir=os.path.join(root, f"trial-{trial.number}"),
+            save_checkpoint_steps=10**6,
+            log_step_count_steps=None,
+            hooks=[*hooks, monitored.StopAtStepHook(last_step=int(sys.argv[4]))],
+        ) as session:
+            while not session.should_stop():
+                await session.run(step)
+                await anyio.sleep(0.002)
+                if state.global_step == 20:
+                    reached.add(trial.number)
+                    if len(reached) == 2:
+                        print("ready", flush=True)
+        print("trial", trial.number, "stopped at", state.global_step, session.restored_from,
+              flush=True)
+        return float(state.global_step)
+
+
+    async def resume():
+        for number in map(int, sys.argv[5:]):
+            trial = resume_trial(study, number)
+            study.tell(trial, await objective(trial))
+
+
+    try:
+        if sys.argv[5:]:
+            anyio.run(resume)
+        else:
+            anyio.run(lambda: optimize(study, objective, n_trials=6, concurrency=2))
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt", flush=True)
+        raise
+    print("optimize returned", flush=True)
+    """
+)
+
+
+def run_sweep(tmp_path: Path, mode: str, *args: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MONITORED_")}
+    env["MONITORED_DISABLE_PLUGINS"] = "progress,summaries"
+    script = tmp_path / "sweep.py"
+    script.write_text(SWEEP)
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    return subprocess.Popen(
+        [sys.executable, str(script), storage, str(tmp_path / "runs"), mode, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def interrupt(tmp_path: Path, mode: str, signum: int) -> tuple[int, str, str]:
+    """Run the sweep in a process, send ``signum`` once two trials trained 20 steps."""
+    optuna.create_study(study_name="sweep", storage=f"sqlite:///{tmp_path / 'study.db'}")
+    child = run_sweep(tmp_path, mode, "100000")
+    assert child.stdout is not None
+    if child.stdout.readline().strip() != "ready":
+        child.kill()
+        pytest.fail(f"the sweep did not start: {child.communicate()}")
+    child.send_signal(signum)
+    try:
+        out, err = child.communicate(timeout=60)
+    finally:
+        child.kill()  # a sweep that went on after the signal must not outlive the test
+        child.wait()
+    return child.returncode, out, err
+
+
+def saved_steps(directory: Path) -> list[int]:
+    return sorted(int(p.name[len("model.ckpt-") : -len(".json")]) for p in directory.glob("*.json"))
+
+
+@pytest.mark.parametrize("mode", ["hook", "plugin"])
+def test_ctrl_c_fails_the_running_trials_starts_no_other_and_raises(
+    tmp_path: Path, mode: str
+) -> None:
+    # "plugin": no pruning hook in the session; the installed plugin tells optimize.
+    returncode, out, err = interrupt(tmp_path, mode, signal.SIGINT)
+    assert returncode == -signal.SIGINT, err
+    assert out.splitlines()[-1] == "KeyboardInterrupt", out + err
+    assert "optimize returned" not in out
+    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{tmp_path / 'study.db'}")
+    assert states(study) == [TrialState.FAIL] * 2, "no COMPLETE, no trial started after"
+    stopped = {int(line.split()[1]): int(line.split()[4]) for line in out.splitlines()[:-1]}
+    assert sorted(stopped) == [0, 1]
+    for number, step in stopped.items():
+        assert 20 <= step < 100000
+        assert saved_steps(tmp_path / "runs" / f"trial-{number}")[-1] == step, "each saved"
+    assert "trial(s) [0, 1] told FAIL" in err, err
+
+
+def test_sigterm_leaves_the_trials_running_and_they_resume_from_their_checkpoints(
+    tmp_path: Path,
+) -> None:
+    returncode, out, err = interrupt(tmp_path, "hook", signal.SIGTERM)
+    assert returncode == 0, err
+    assert out.splitlines()[-1] == "optimize returned"
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.load_study(study_name="sweep", storage=storage)
+    assert states(study) == [TrialState.RUNNING] * 2, "no value of a model half trained"
+    assert [t.user_attrs for t in study.trials] == [{"preempted_by": "SIGTERM"}] * 2
+    stopped = {int(line.split()[1]): int(line.split()[4]) for line in out.splitlines()[:-1]}
+    reported = {t.number: sorted(t.intermediate_values) for t in study.trials}
+    for number, step in stopped.items():
+        assert saved_steps(tmp_path / "runs" / f"trial-{number}")[-1] == step
+        assert reported[number] == list(range(5, step + 1, 5))
+    # The job comes back: each trial goes on from its checkpoint with its params, under
+    # the same number, reporting no step twice (warnings are errors in the child too).
+    params = [t.params for t in study.trials]
+    again = run_sweep(tmp_path, "hook", "200", "0", "1")
+    try:
+        out, err = again.communicate(timeout=60)
+    finally:
+        again.kill()
+        again.wait()
+    assert again.returncode == 0, err
+    assert "already reported" not in err
+    for number in (0, 1):
+        directory = tmp_path / "runs" / f"trial-{number}"
+        assert f"stopped at 200 {directory / f'model.ckpt-{stopped[number]}'}" in out
+    study = optuna.load_study(study_name="sweep", storage=storage)
+    assert states(study) == [TrialState.COMPLETE] * 2
+    assert [t.params for t in study.trials] == params
+    assert [t.value for t in study.trials] == [200.0, 200.0]
+    assert all(sorted(t.intermediate_values) == list(range(5, 201, 5)) for t in study.trials)
+
+
+def test_resume_trial_gives_back_a_running_trial_and_refuses_the_others() -> None:
+    study = optuna.create_study(study_name="s")
+    running = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    done = study.ask()
+    study.tell(done, 1.0)
+    again = resume_trial(study, running.number)
+    assert again.number == running.number
+    assert again.params == running.params
+    assert again.suggest_float("x", 0, 1) == running.params["x"], "the params it had"
+    with pytest.raises(OptunaConfigError, match="trial 1 of study 's' is COMPLETE, not RUNNING"):
+        resume_trial(study, done.number)
+    with pytest.raises(OptunaConfigError, match="study 's' has no trial 7 .it holds 2 trial"):
+        resume_trial(study, 7)
+    with pytest.raises(OptunaConfigError, match="resume_trial: study must be an optuna.Study"):
+        resume_trial("s", 0)  # type: ignore[arg-type]
+
+
+def counting(state: monitored.TrainState) -> dict[str, Any]:
+    state.global_step += 1
+    return {"loss": np.float64(state.global_step)}
+
+
+class SignalStop:
+    """Stops its session at ``step`` as a signal handler does, and names the signal."""
+
+    def __init__(self, name: str, step: int) -> None:
+        self.name, self.step = name, step
+        self.preempted_by: str | None = None
+
+    def after_run(self, run_context: monitored.SessionRunContext, run_values: Any) -> None:
+        if run_context.session.state.global_step == self.step:
+            self.preempted_by = self.name
+            run_context.request_stop()
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+async def test_a_signal_stop_followed_by_a_caught_failure_still_ends_the_search(
+    signal_name: str,
+) -> None:
+    study = optuna.create_study()
+
+    async def objective(trial: optuna.trial.Trial) -> float:
+        hooks = [OptunaPruningHook(trial, "loss", every_n_steps=1), monitored.StopAtStepHook(50)]
+        if trial.number == 1:
+            hooks.append(SignalStop(signal_name, 5))
+        async with monitored.MonitoredSession(
+            monitored.TrainState({"w": np.zeros(2)}), hooks=hooks
+        ) as session:
+            while not session.should_stop():
+                await session.run(counting)
+                await anyio.sleep(0.001)
+        if trial.number == 1:
+            raise ValueError("the evaluation after the stop failed")
+        return 1.0
+
+    if signal_name == "SIGINT":
+        with pytest.raises(KeyboardInterrupt):
+            await optimize(study, objective, n_trials=8, concurrency=2, catch=ValueError)
+        assert states(study) == [TrialState.COMPLETE, TrialState.FAIL]
+    else:
+        await optimize(study, objective, n_trials=8, concurrency=2, catch=ValueError)
+        assert states(study) == [TrialState.COMPLETE, TrialState.RUNNING]
+        assert study.trials[1].user_attrs == {"preempted_by": "SIGTERM"}

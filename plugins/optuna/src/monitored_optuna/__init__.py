@@ -13,7 +13,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from ._errors import MonitoredValueError, OptunaConfigError, OptunaError
 from ._hook import OptunaPruningHook
-from ._optimize import optimize
+from ._optimize import optimize, resume_trial
 from ._trial import current_trial, use_trial
 
 try:
@@ -29,5 +29,6 @@ __all__ = [
     "__version__",
     "current_trial",
     "optimize",
+    "resume_trial",
     "use_trial",
 ]

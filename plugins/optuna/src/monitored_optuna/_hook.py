@@ -28,7 +28,7 @@ import anyio.to_thread
 from monitored import SessionRunArgs, optional, to_scalar
 
 from ._errors import MonitoredValueError, OptunaConfigError
-from ._trial import check_trial, current_trial
+from ._trial import check_trial, current_trial, note_session_closed
 
 if TYPE_CHECKING:
     import optuna
@@ -66,10 +66,16 @@ class OptunaPruningHook:
     hook's state (the last step reported, the step it pruned at) goes into
     checkpoints: a trial resumed from its checkpoint reports no step twice, and
     a pruned trial resumed stays pruned (the session stops before its first
-    step and raises ``TrialPruned`` again).
+    step and raises ``TrialPruned`` again). The state also names the trial it
+    belongs to (study, number, parameters): a checkpoint of another trial (a
+    directory left by an earlier study, another trial's directory) is refused
+    with an :class:`~monitored_optuna.OptunaConfigError` before the first step,
+    rather than trained on under the new trial's parameters.
     """
 
-    plugin_state_version = 1
+    #: 1 saved the steps only; 2 adds the trial's identity (``study``, ``trial``,
+    #: ``params``). A version-1 state is read as is, with no identity to check.
+    plugin_state_version = 2
     #: Passed in ``hooks=[...]``, it owns pruning: the installed ``optuna`` plugin
     #: (and its options) steps aside.
     provides: ClassVar[frozenset[str]] = frozenset({"pruning"})
@@ -121,6 +127,9 @@ class OptunaPruningHook:
         self.last_reported_step = -1
         #: The global step at which the trial was pruned, if it was.
         self.pruned_step: int | None = None
+        #: The trial the restored state was saved for (``None``: nothing restored, or
+        #: a version-1 state, which does not say); checked once the session is created.
+        self._restored_identity: dict[str, Any] | None = None
 
     @property
     def trial(self) -> optuna.trial.BaseTrial | None:
@@ -143,6 +152,7 @@ class OptunaPruningHook:
     async def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
         if not self._active:
             return
+        self._check_identity(session)
         if self.pruned_step is not None:
             # Restored from a checkpoint written after the prune: it stays pruned.
             coord.request_stop()
@@ -181,20 +191,62 @@ class OptunaPruningHook:
             )
         return self.report(session, step, self._scalar(metrics[self.monitor], step))
 
+    def before_close(self, session: MonitoredSession) -> None:
+        note_session_closed(session)
+
     def plugin_state(self) -> dict[str, Any] | None:
         if not self._active:
             return None
-        return {"last_reported_step": self.last_reported_step, "pruned_step": self.pruned_step}
+        return {
+            "last_reported_step": self.last_reported_step,
+            "pruned_step": self.pruned_step,
+            **_identity(self._trial),
+        }
 
-    def load_plugin_state(self, state: Mapping[str, Any]) -> None:
+    def load_plugin_state(self, state: Mapping[str, Any], version: int) -> None:
         last, pruned = state.get("last_reported_step"), state.get("pruned_step")
         if not _is_step(last) or not (pruned is None or _is_step(pruned)):
             raise MonitoredValueError(
                 "OptunaPruningHook: the saved state is malformed: expected integer steps "
                 f"'last_reported_step' and 'pruned_step' (or None), got {last!r} and {pruned!r}"
             )
+        identity = None
+        if version >= 2:
+            identity = {key: state.get(key) for key in ("study", "trial", "params")}
+            study, number, params = identity["study"], identity["trial"], identity["params"]
+            if (
+                not (study is None or isinstance(study, str))
+                or not (isinstance(number, int) and not isinstance(number, bool))
+                or not isinstance(params, Mapping)
+            ):
+                raise MonitoredValueError(
+                    "OptunaPruningHook: the saved state is malformed: expected the trial's "
+                    "'study' (a name or None), 'trial' (a number) and 'params' (a mapping), "
+                    f"got {study!r}, {number!r} and {_short(params)}"
+                )
         self.last_reported_step = last
         self.pruned_step = pruned
+        self._restored_identity = identity
+
+    def _check_identity(self, session: MonitoredSession) -> None:
+        """Refuse to go on from a checkpoint saved for another trial than this one."""
+        saved, self._restored_identity = self._restored_identity, None
+        if saved is None:
+            return
+        current = _identity(self._trial)
+        if dict(saved["params"]) == current["params"] and all(
+            saved[key] == current[key] for key in ("study", "trial")
+        ):
+            return
+        where = session.restored_from if session.restored_from is not None else "a checkpoint"
+        raise OptunaConfigError(
+            f"OptunaPruningHook: {where} was saved by trial {saved['trial']} of study "
+            f"{saved['study']!r} with params {_short(saved['params'])}, but this session trains "
+            f"trial {current['trial']} of study {current['study']!r} with params "
+            f"{_short(current['params'])}; resuming would train the old trial's model under the "
+            "new trial's name and parameters. Give each study its own directory "
+            "(e.g. runs/<study name>/trial-<number>), or delete the old checkpoints"
+        )
 
     # -- internals ----------------------------------------------------------------------------
     async def report(
@@ -257,6 +309,22 @@ class OptunaPruningHook:
         return to_scalar(
             value, f"OptunaPruningHook: monitor {self.monitor!r}", step, MonitoredValueError
         )
+
+
+def _identity(trial: optuna.trial.BaseTrial | None) -> dict[str, Any]:
+    """What names ``trial`` in a checkpoint: its study's name, its number and its params."""
+    study = getattr(trial, "study", None)
+    return {
+        "study": getattr(study, "study_name", None),
+        "trial": getattr(trial, "number", None),
+        "params": dict(getattr(trial, "params", {})),
+    }
+
+
+def _short(value: object, limit: int = 200) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a saved state may hold anything)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _is_step(value: object) -> TypeGuard[int]:

@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Final
 import monitored
 
 from ._hook import OptunaPruningHook
-from ._trial import current_trial
+from ._trial import current_trial, note_session_closed
 
 if TYPE_CHECKING:
     from monitored import MonitoredSession, TrainingConfig
 
 __all__ = [
+    "before_close",
     "declare_options",
     "hook_of",
     "plugin_status",
@@ -68,6 +69,16 @@ def training_hooks(config: TrainingConfig) -> list[object] | None:
     hook = OptunaPruningHook(trial, monitor, every_n_steps=options.get("every_n_steps", 0))
     _made.add(hook)
     return [hook]
+
+
+def before_close(session: MonitoredSession, error: BaseException | None) -> None:
+    """Tell :func:`~monitored_optuna.optimize` when a signal stopped this session.
+
+    In every session of a trial's task, not only those it reports from: a
+    trial interrupted by Ctrl-C or preempted must not be told ``COMPLETE``
+    with the value of a model half trained.
+    """
+    note_session_closed(session)
 
 
 def hook_of(session: MonitoredSession) -> OptunaPruningHook | None:

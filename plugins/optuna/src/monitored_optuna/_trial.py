@@ -19,11 +19,35 @@ from ._errors import OptunaConfigError
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["current_trial", "use_trial"]
+    from monitored import MonitoredSession
+
+__all__ = ["current_trial", "note_session_closed", "use_trial"]
 
 _trial: Final[contextvars.ContextVar[optuna.trial.BaseTrial | None]] = contextvars.ContextVar(
     "monitored_optuna_trial", default=None
 )
+
+
+#: The signals that stopped sessions of the running trial's task (``optimize`` sets a
+#: list per trial; ``None`` outside ``optimize``).
+_stop_signals: Final[contextvars.ContextVar[list[str] | None]] = contextvars.ContextVar(
+    "monitored_optuna_stop_signals", default=None
+)
+
+
+def note_session_closed(session: MonitoredSession) -> None:
+    """Tell ``optimize`` running this task's trial that ``session`` was stopped by a signal.
+
+    Called as a session closes by the pruning hook and the installed plugin:
+    a session stopped by SIGINT or SIGTERM closes normally and its objective
+    returns a value, which ``optimize`` must not take for the trial's result.
+    """
+    noted = _stop_signals.get()
+    if noted is None:
+        return
+    name = session.stopped_by_signal
+    if name is not None:
+        noted.append(name)
 
 
 def current_trial() -> optuna.trial.BaseTrial | None:
