@@ -198,8 +198,8 @@ def _scan(store: Store) -> _Scan:
     series = {_series(n) for n in data} | {DEFAULT_SERIES}
     if state is not None:
         series |= {_series(n) for n in state.names}
-    manifests = {n for n in manifests if _series(n) in series or _ours(store, n)}
-    series |= {_series(n) for n in manifests}
+    series |= _series_of_ours(store, [n for n in manifests if _series(n) not in series])
+    manifests = {n for n in manifests if _series(n) in series}
     names = manifests | data
     odd = [e for e in entries if step_of(e) is not None and _series(e) in series]
     return _Scan(
@@ -231,13 +231,25 @@ def _series(name: str) -> str:
     return name.rpartition("-")[0]
 
 
-def _ours(store: Store, name: str) -> bool:
-    """Whether the manifest of ``name`` (of a series the listing does not tell) is ours.
+def _series_of_ours(store: Store, names: list[str]) -> set[str]:
+    """The series of ``names`` (manifests of series the listing does not tell) of which
+    a manifest is ours, the newest few of each read.
 
     So ``timeline-100.json`` beside the checkpoints (a profiler's) is not taken
     for a damaged manifest, while a series whose data files are all gone is.
     """
-    return _is_our_manifest(store, name + MANIFEST_SUFFIX)
+    by_series: dict[str, list[str]] = {}
+    for name in sorted(names, key=lambda n: step_of(n) or 0, reverse=True):
+        by_series.setdefault(_series(name), []).append(name)
+    return {
+        series
+        for series, newest in by_series.items()
+        if any(_is_our_manifest(store, n + MANIFEST_SUFFIX) for n in newest[:_READ_PER_SERIES])
+    }
+
+
+#: How many manifests of a series of unknown names are read to tell whether it is ours.
+_READ_PER_SERIES: Final = 3
 
 
 def _state(store: Store, entries: list[str]) -> tuple[CheckpointState | None, str | None]:
