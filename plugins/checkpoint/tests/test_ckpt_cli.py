@@ -535,6 +535,78 @@ def test_a_series_whose_data_files_are_all_gone_is_still_named(
     assert "weights-9.json: the manifest is not valid JSON" in problems[1]
 
 
+#: Ways the newest checkpoint's data file can be no regular file of the right size.
+DAMAGED_DATA: dict[str, tuple[Callable[[Path], None], str]] = {
+    "fifo": (_fifo, "model.ckpt-4.safetensors is a FIFO, not a regular file; refused"),
+    "link-to-dev-zero": (
+        lambda path: _replace_with_link(path, "/dev/zero"),
+        "model.ckpt-4.safetensors is a symbolic link to /dev/zero, outside",
+    ),
+    "directory": (_replace_with_directory, "model.ckpt-4.safetensors is a directory"),
+    "truncated": (
+        lambda path: path.write_bytes(path.read_bytes()[:-8]),
+        "the data file model.ckpt-4.safetensors has",
+    ),
+}
+
+
+@pytest.mark.parametrize("how", list(DAMAGED_DATA))
+def test_a_damaged_newest_of_any_kind_stays_the_newest_and_show_and_diff_say_what_they_use(
+    run: Path, capsys: pytest.CaptureFixture[str], how: str
+) -> None:
+    damage, problem = DAMAGED_DATA[how]
+    damage(run / "model.ckpt-4.safetensors")
+    status, out, err = _cli(capsys, "ls", run)
+    assert status == 1
+    lines = out.splitlines()
+    assert lines[3].endswith("damaged, newest, skipped by a restore  model.ckpt-4")
+    assert lines[2].split()[-2:] == ["restored", "model.ckpt-3"]
+    assert problem in err
+    note = (
+        f"using {run / 'model.ckpt-3'} (step 3), the checkpoint a restore of {run} uses: "
+        f"the newest, model.ckpt-4, is skipped as damaged: "
+    )
+    status, out, err = _cli(capsys, "show", run)
+    assert status == 0
+    assert out.startswith(f"checkpoint {run / 'model.ckpt-3'}: step 3, ")
+    assert err.startswith(f"monitored checkpoint show: note: {note}")
+    assert problem in err
+    assert err.count("\n") == 1
+    status, out, err = _cli(capsys, "show", "--json", "--stats", run)
+    assert status == 0
+    assert json.loads(out)["step"] == 3  # the note is on stderr, stdout stays JSON
+    assert err.startswith(f"monitored checkpoint show: note: {note}")
+    status, out, err = _cli(capsys, "show", "--array", "count", run)
+    assert (status, out) == (0, "count: int64 ()\n0\n")
+    assert err.startswith(f"monitored checkpoint show: note: {note}")
+    status, out, err = _cli(capsys, "diff", run, run / "model.ckpt-3")
+    assert status == 0  # the same checkpoint: what a restore uses is model.ckpt-3
+    assert out.splitlines()[0] == f"a: {run / 'model.ckpt-3'} (step 3)"
+    assert out.splitlines()[-1] == "equal"
+    assert err.startswith(f"monitored checkpoint diff: note: a: {note}")
+    # What a restore really does.
+    with pytest.warns(CorruptCheckpointWarning, match="model.ckpt-4"):
+        manifest = restore_latest(_state(), run)
+    assert manifest is not None
+    assert manifest.name == "model.ckpt-3"
+
+
+def test_show_of_a_directory_none_of_whose_checkpoints_can_be_restored(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for step in (2, 3, 4):
+        _fifo(run / f"model.ckpt-{step}.safetensors")
+    for argv in (("show", run), ("diff", run / "model.ckpt-2", run)):
+        status, out, err = _cli(capsys, *argv)
+        assert (status, out) == (2, "")
+        assert err == (
+            f"monitored checkpoint {argv[0]}: error: no checkpoint of {run} can be restored: "
+            f"each is damaged (monitored checkpoint verify {run} names every problem); "
+            f"{run / 'model.ckpt-4'}: the data file model.ckpt-4.safetensors cannot be read: "
+            f"{run / 'model.ckpt-4.safetensors'} is a FIFO, not a regular file; refused\n"
+        )
+
+
 # -- show -----------------------------------------------------------------------------------------
 def test_show_lists_every_array_and_the_plugin_states_from_the_manifest_alone(
     run: Path, capsys: pytest.CaptureFixture[str]
@@ -620,6 +692,71 @@ def test_show_of_something_that_is_no_checkpoint(
     status, _, err = _cli(capsys, "show", "bad\0path")
     assert status == 2
     assert err.startswith("monitored checkpoint show: error: bad\0path is neither a checkpoint")
+
+
+@pytest.mark.parametrize("suffix", [".json", ".safetensors"])
+def test_show_verify_and_diff_take_a_manifests_or_a_data_files_path(
+    run: Path, capsys: pytest.CaptureFixture[str], suffix: str
+) -> None:
+    """What a shell completes to names the checkpoint (``model.ckpt-3.json``)."""
+    path = run / f"model.ckpt-3{suffix}"
+    status, out, _ = _cli(capsys, "show", path)
+    assert status == 0
+    assert out.startswith(f"checkpoint {run / 'model.ckpt-3'}: step 3, ")
+    assert _cli(capsys, "verify", path) == (0, "1 checkpoint checked: all verified\n", "")
+    assert _cli(capsys, "diff", path, run / "model.ckpt-3")[0] == 0
+    assert load_variable(path, "w")[0, 0] == 3
+    status, out, err = _cli(capsys, "show", run / f"model.ckpt-9{suffix}")
+    assert (status, out) == (2, "")
+    assert err == (
+        f"monitored checkpoint show: error: {run / f'model.ckpt-9{suffix}'} is neither a "
+        "checkpoint (there is no model.ckpt-9.json beside it) nor a directory holding one\n"
+    )
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_checkpoint_named_by_path_whose_manifest_is_no_regular_file_says_what_it_is(
+    run: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    manifest = run / "model.ckpt-4.json"
+    _fifo(manifest) if kind == "fifo" else _replace_with_directory(manifest)
+    refused = (
+        f"{manifest} is a {'FIFO' if kind == 'fifo' else 'directory'}, not a manifest; refused"
+    )
+    for path in (run / "model.ckpt-4", manifest):
+        assert _cli(capsys, "show", path) == (
+            2,
+            "",
+            f"monitored checkpoint show: error: {refused}\n",
+        )
+        assert _cli(capsys, "verify", path) == (
+            1,
+            f"problem: {refused}\n1 checkpoint checked: 1 problem\n",
+            "",
+        )
+    with pytest.raises(CorruptCheckpointError, match="not a manifest; refused"):
+        load_variable(run / "model.ckpt-4", "w")
+
+
+def test_show_array_suggests_names_whatever_their_case_and_lists_a_few(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = _cli(capsys, "show", "--array", "W", run)
+    assert (status, out) == (2, "")
+    assert err == (
+        f"monitored checkpoint show: error: checkpoint {run / 'model.ckpt-4'} (step 4) holds no "
+        "array 'W'; did you mean 'w'? (3 arrays: b, count, w)\n"
+    )
+    status, _, err = _cli(capsys, "show", "--array", "zzz", run)
+    assert err.endswith("holds no array 'zzz' (3 arrays: b, count, w)\n")
+    many = TrainState({f"layer{i}": np.zeros(1) for i in range(25)}, seed=0)
+    Saver().save(many, f"{tmp_path}/many/model.ckpt", global_step=1)
+    status, _, err = _cli(capsys, "show", "--array", "Layer7", tmp_path / "many")
+    assert status == 2
+    assert err.endswith(
+        "holds no array 'Layer7'; did you mean 'layer7', 'layer17', 'layer9'? (25 arrays: "
+        f"monitored checkpoint show {tmp_path / 'many' / 'model.ckpt-1'})\n"
+    )
 
 
 def test_an_operating_system_error_is_one_line_with_status_2(
@@ -715,6 +852,22 @@ def test_diff_names_each_difference_and_exits_1(
     assert "the RNG state differs" in lines
     assert "plugin 'p' has a state in a only" in lines
     assert lines[-1] == "different"
+
+
+def test_diff_says_which_checkpoint_holds_a_plugin_state_the_other_lacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = _state()
+    Saver().save(state, f"{tmp_path}/a/model.ckpt", plugin_states={"p": {"x": 1}, "q": {"x": 1}})
+    Saver().save(state, f"{tmp_path}/b/model.ckpt", plugin_states={"mlflow_run": {}, "q": {"x": 2}})
+    status, out, _ = _cli(capsys, "diff", tmp_path / "a", tmp_path / "b")
+    assert status == 1
+    assert out.splitlines()[-4:] == [
+        "plugin 'mlflow_run' has a state in b only",
+        "plugin 'p' has a state in a only",
+        "the state of plugin 'q' differs",
+        "different",
+    ]
 
 
 def test_diff_sees_a_sign_of_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

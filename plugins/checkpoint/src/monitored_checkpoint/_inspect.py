@@ -501,7 +501,7 @@ def verify(path: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
     given = os.fspath(path)
     store = open_store(given)
     problems: list[str] = []
-    if store.is_directory():
+    if store.is_directory() and not _names_a_file(given.rstrip("/")):
         scan = _scan(store)
         problems += _state_file_problems(scan)
         checkpoints = scan.checkpoints
@@ -527,6 +527,17 @@ def verify(path: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
     if scan is not None:
         problems += [f"{row.path}: {row.problem}" for row in map(partial(_odd_row, scan), scan.odd)]
     return [store.path(name) for name in checkpoints], problems
+
+
+def _names_a_file(path: str) -> bool:
+    """Whether ``path`` ends with the name of a checkpoint's manifest or data file
+    (``model.ckpt-5.json``): a directory so named is taken for that file, refused
+    as what it is, not for a directory of checkpoints."""
+    name = path.rpartition("/")[2]
+    return any(
+        name.endswith(suffix) and step_of(name[: -len(suffix)]) is not None
+        for suffix in (MANIFEST_SUFFIX, DATA_SUFFIX)
+    )
 
 
 def _holders_hint(holders: list[str]) -> str:
@@ -567,7 +578,7 @@ def pick_checkpoint(path: str | os.PathLike[str]) -> tuple[str, str | None]:
     given = os.fspath(path)
     trimmed = given.rstrip("/") or given
     store = open_store(trimmed)
-    if not store.is_directory():
+    if not store.is_directory() or _names_a_file(trimmed):
         store, name = locate_checkpoint(trimmed)
         return store.path(name), None
     scan = _scan(store)
