@@ -209,19 +209,21 @@ def _show(args: argparse.Namespace) -> int:
         if args.json or args.stats:
             _error(args, "--array prints one array's values; it takes neither --json nor --stats")
             return ERROR
-        path, note = pick_checkpoint(args.path)
-        _note(args, note)
-        array = load_variable(path, args.array)
+        picked = pick_checkpoint(args.path)
+        _note(args, picked.note)
+        array = load_variable(picked.path, args.array)
         print(f"{args.array}: {array.dtype} {tuple(array.shape)}")
         print(np.array2string(array, separator=", "))
         return OK
-    path, note = pick_checkpoint(args.path)
-    _note(args, note)
+    picked = pick_checkpoint(args.path)
+    _note(args, picked.note)
     if args.stats:
-        manifest, arrays = read_checkpoint(path)
+        manifest, arrays = read_checkpoint(picked.path)
         stats: dict[str, ArrayStats] = {n: array_stats(a) for n, a in arrays.items()}
+    elif picked.manifest is not None:
+        manifest, stats = picked.manifest, {}
     else:
-        store, name = split_save_path(path)
+        store, name = split_save_path(picked.path)
         manifest = read_manifest(store, name)
         check_step_name(manifest)
         stats = {}
@@ -273,11 +275,10 @@ def _show(args: argparse.Namespace) -> int:
 
 # -- diff ---------------------------------------------------------------------------------------
 def _diff(args: argparse.Namespace) -> int:
-    a, note_a = pick_checkpoint(args.a)
-    b, note_b = pick_checkpoint(args.b)
-    _note(args, note_a and f"a: {note_a}")
-    _note(args, note_b and f"b: {note_b}")
-    diff = diff_checkpoints(a, b)
+    a, b = pick_checkpoint(args.a), pick_checkpoint(args.b)
+    _note(args, a.note and f"a: {a.note}")
+    _note(args, b.note and f"b: {b.note}")
+    diff = diff_checkpoints(a.path, b.path)
     print(f"a: {diff.a.path} (step {diff.a.step})")
     print(f"b: {diff.b.path} (step {diff.b.step})")
     for name in diff.only_a:

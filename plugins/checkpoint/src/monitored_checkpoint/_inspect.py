@@ -44,6 +44,7 @@ __all__ = [
     "CheckpointDiff",
     "CheckpointRow",
     "DirectoryListing",
+    "PickedCheckpoint",
     "array_stats",
     "diff_checkpoints",
     "inspect_directory",
@@ -564,9 +565,20 @@ def _state_file_problems(scan: _Scan) -> list[str]:
 
 
 # -- show, diff: which checkpoint ---------------------------------------------------------------
-def pick_checkpoint(path: str | os.PathLike[str]) -> tuple[str, str | None]:
-    """The checkpoint that ``show`` and ``diff`` read for ``path``, and a note when it is
-    not a directory's newest.
+@final
+@dataclass(frozen=True, slots=True)
+class PickedCheckpoint:
+    """The checkpoint ``show`` or ``diff`` reads for a path (:func:`pick_checkpoint`)."""
+
+    path: str
+    #: Why it is not the directory's newest, ``None`` when it is (or a checkpoint was named).
+    note: str | None = None
+    #: Its manifest, when picking it read it (so it need not be read again).
+    manifest: Manifest | None = None
+
+
+def pick_checkpoint(path: str | os.PathLike[str]) -> PickedCheckpoint:
+    """The checkpoint that ``show`` and ``diff`` read for ``path``.
 
     A checkpoint path (or its manifest's or data file's) names itself. A directory
     names its newest checkpoint (:func:`latest_checkpoint`'s, entries of any kind
@@ -580,13 +592,18 @@ def pick_checkpoint(path: str | os.PathLike[str]) -> tuple[str, str | None]:
     store = open_store(trimmed)
     if not store.is_directory() or _names_a_file(trimmed):
         store, name = locate_checkpoint(trimmed)
-        return store.path(name), None
+        return PickedCheckpoint(store.path(name))
     scan = _scan(store)
     newest = scan.newest()
     if newest is not None:  # the usual case: its manifest alone is read
-        row = _row(scan, newest, True)
-        if row.problem is None:
-            return row.path, None
+        try:
+            manifest = read_manifest(store, newest)
+            check_step_name(manifest)
+        except CheckpointError:
+            pass
+        else:
+            if _data_problem(store, manifest) is None:
+                return PickedCheckpoint(manifest.path, manifest=manifest)
     rows = inspect_directory(trimmed).rows
     restored = next((row for row in rows if row.restored), None)
     latest = next((row for row in rows if row.newest), None)
@@ -602,7 +619,8 @@ def pick_checkpoint(path: str | os.PathLike[str]) -> tuple[str, str | None]:
             f"checkpoint verify {store.url} names every problem); {damaged.path}: "
             f"{damaged.problem}"
         )
-    return restored.path, (
+    return PickedCheckpoint(
+        restored.path,
         f"using {restored.path} (step {restored.step}), the checkpoint a restore of "
-        f"{store.url} uses: the newest, {latest.name}, is skipped as damaged: {latest.problem}"
+        f"{store.url} uses: the newest, {latest.name}, is skipped as damaged: {latest.problem}",
     )
