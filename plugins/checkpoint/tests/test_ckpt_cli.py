@@ -482,6 +482,23 @@ def test_verify_and_ls_name_every_odd_entry_at_once(
     assert out.splitlines()[-1] == "7 checkpoints checked: 6 problems"
 
 
+def test_a_kept_checkpoints_manifest_that_is_a_directory_is_named_as_one(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not "the state file lists model.ckpt-3, which has no manifest": it has one, a directory."""
+    _replace_with_directory(run / "model.ckpt-3.json")
+    refused = f"{run / 'model.ckpt-3.json'} is a directory, not a manifest; refused"
+    assert _cli(capsys, "verify", run) == (
+        1,
+        f"problem: {refused}\n3 checkpoints checked: 1 problem\n",
+        "",
+    )
+    status, out, err = _cli(capsys, "ls", run)
+    assert status == 1
+    assert out.splitlines()[2].split()[-2:] == ["damaged", "model.ckpt-3"]
+    assert err == f"monitored checkpoint ls: error: {refused}\n"
+
+
 def test_a_state_file_that_is_a_fifo_is_named_by_ls_and_verify(
     run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
