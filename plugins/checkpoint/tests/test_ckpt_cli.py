@@ -499,6 +499,25 @@ def test_a_kept_checkpoints_manifest_that_is_a_directory_is_named_as_one(
     assert err == f"monitored checkpoint ls: error: {refused}\n"
 
 
+def test_a_flood_of_json_files_of_other_series_costs_a_bounded_number_of_reads(
+    run: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from monitored_checkpoint import _inspect
+
+    for i in range(200):
+        (run / f"trace{i:03d}-1.json").write_text("{}")
+    reads: list[str] = []
+    is_ours = _inspect._is_our_manifest
+
+    def counted(store: Any, file: str) -> bool:
+        reads.append(file)
+        return is_ours(store, file)
+
+    monkeypatch.setattr(_inspect, "_is_our_manifest", counted)
+    assert _cli(capsys, "verify", run) == (0, "3 checkpoints checked: all verified\n", "")
+    assert len(reads) == 20
+
+
 def test_a_state_file_that_is_a_fifo_is_named_by_ls_and_verify(
     run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

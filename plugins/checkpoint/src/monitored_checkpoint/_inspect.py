@@ -242,15 +242,21 @@ def _series_of_ours(store: Store, names: list[str]) -> set[str]:
     by_series: dict[str, list[str]] = {}
     for name in sorted(names, key=lambda n: step_of(n) or 0, reverse=True):
         by_series.setdefault(_series(name), []).append(name)
+    # A flood of series of one file each costs a bounded number of reads, not one per file.
     return {
         series
-        for series, newest in by_series.items()
-        if any(_is_our_manifest(store, n + MANIFEST_SUFFIX) for n in newest[:_READ_PER_SERIES])
+        for series in sorted(by_series)[:_READ_SERIES]
+        if any(
+            _is_our_manifest(store, n + MANIFEST_SUFFIX)
+            for n in by_series[series][:_READ_PER_SERIES]
+        )
     }
 
 
-#: How many manifests of a series of unknown names are read to tell whether it is ours.
+#: How many manifests of a series of unknown names are read to tell whether it is ours,
+#: and of how many such series at most.
 _READ_PER_SERIES: Final = 3
+_READ_SERIES: Final = 20
 
 
 def _state(store: Store, entries: list[str]) -> tuple[CheckpointState | None, str | None]:
