@@ -721,13 +721,29 @@ def test_show_array_prints_one_array(run: Path, capsys: pytest.CaptureFixture[st
 def test_show_of_something_that_is_no_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    status, out, err = _cli(capsys, "show", tmp_path / "nothing")
-    assert (status, out) == (2, "")
-    assert err.startswith("monitored checkpoint show: error: ")
-    assert "is neither a checkpoint" in err
+    nothing = tmp_path / "nothing"
+    assert _cli(capsys, "show", nothing) == (
+        2,
+        "",
+        f"monitored checkpoint show: error: {nothing} does not exist: it is no directory, and "
+        "no checkpoint (there is no nothing.json beside it)\n",
+    )
+    assert _cli(capsys, "verify", tmp_path / "nowhere" / "model.ckpt-1") == (
+        2,
+        "",
+        f"monitored checkpoint verify: error: {tmp_path / 'nowhere' / 'model.ckpt-1'} does not "
+        f"exist: there is no directory {tmp_path / 'nowhere'}\n",
+    )
+    nothing.write_text("a file, not a checkpoint")
+    assert _cli(capsys, "show", nothing) == (
+        2,
+        "",
+        f"monitored checkpoint show: error: {nothing} is neither a checkpoint (there is no "
+        "nothing.json beside it) nor a directory holding one\n",
+    )
     status, _, err = _cli(capsys, "show", "bad\0path")
     assert status == 2
-    assert err.startswith("monitored checkpoint show: error: bad\0path is neither a checkpoint")
+    assert err.startswith("monitored checkpoint show: error: bad\0path does not exist")
 
 
 @pytest.mark.parametrize("suffix", [".json", ".safetensors"])
@@ -745,8 +761,8 @@ def test_show_verify_and_diff_take_a_manifests_or_a_data_files_path(
     status, out, err = _cli(capsys, "show", run / f"model.ckpt-9{suffix}")
     assert (status, out) == (2, "")
     assert err == (
-        f"monitored checkpoint show: error: {run / f'model.ckpt-9{suffix}'} is neither a "
-        "checkpoint (there is no model.ckpt-9.json beside it) nor a directory holding one\n"
+        f"monitored checkpoint show: error: {run / f'model.ckpt-9{suffix}'} does not exist: it "
+        "is no directory, and no checkpoint (there is no model.ckpt-9.json beside it)\n"
     )
 
 
@@ -980,7 +996,7 @@ def test_verify_of_an_empty_or_missing_directory(
     assert f"problem: {tmp_path} holds no checkpoint" in out
     status, out, err = _cli(capsys, "verify", tmp_path / "missing")
     assert (status, out) == (2, "")
-    assert "is neither a checkpoint (there is no missing.json beside it)" in err
+    assert "missing does not exist: it is no directory, and no checkpoint" in err
 
 
 # -- hostile directories ----------------------------------------------------------------------------

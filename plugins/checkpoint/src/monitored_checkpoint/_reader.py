@@ -85,6 +85,11 @@ def locate_checkpoint(path: str) -> tuple[Store, str]:
     directory = local_directory(store)
     if directory is not None and not os.path.lexists(directory):
         raise CheckpointNotFoundError(f"{path} does not exist: there is no directory {store.url}")
+    if directory is not None and not os.path.lexists(os.path.join(directory, name)):
+        raise CheckpointNotFoundError(
+            f"{path} does not exist: it is no directory, and no checkpoint (there is no "
+            f"{stem}{MANIFEST_SUFFIX} beside it)"
+        )
     raise CheckpointNotFoundError(
         f"{path} is neither a checkpoint (there is no {stem}{MANIFEST_SUFFIX} beside it) "
         "nor a directory holding one"
