@@ -6,7 +6,8 @@ something was found (``diff``: they differ; ``verify`` and ``ls``: a problem),
 2 when the command could not do what was asked (a path that is not a
 checkpoint, a refused file). Errors are one line on stderr naming the file and
 what is wrong, never a traceback: everything is read through the plugin's own
-hardened reader (see ``_inspect``).
+hardened reader (see ``_inspect``). Notes (which checkpoint of a directory is
+shown when its newest is damaged) go to stderr too, so ``--json`` stays JSON.
 """
 
 from __future__ import annotations
