@@ -147,10 +147,60 @@ def test_plugins_lists_even_when_autoload_is_off(
     assert len(json.loads(capsys.readouterr().out)) == 1
 
 
+INSTALL_HINT = (
+    "Plugins are packages of their own, installed beside monitored: pip install "
+    "monitored-checkpoint adds 'monitored checkpoint' (ls, show, diff, verify); in a clone of "
+    "the monitored repository, 'uv run --all-packages monitored ...' installs every plugin of "
+    "the workspace."
+)
+
+
+def _no_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    for module in ("_plugins", "_commands"):
+        monkeypatch.setattr(f"monitored._core.{module}.installed_entry_points", tuple)
+
+
 def test_no_plugins(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("monitored._core._plugins.installed_entry_points", tuple)
+    _no_plugins(monkeypatch)
     assert main(["plugins"]) == 0
-    assert capsys.readouterr().out == "No monitored plugins are installed.\n"
+    out = capsys.readouterr().out
+    assert out.startswith("No monitored plugins are installed.\n")
+    assert " ".join(out.split()[5:]) == INSTALL_HINT
+    assert max(map(len, out.splitlines())) <= WIDTH
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert INSTALL_HINT in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_missing_plugin_command_says_which_package_adds_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``monitored checkpoint ls`` where monitored-checkpoint is not installed (a clone run
+    without ``--all-packages``): not argparse's "invalid choice", but what to install."""
+    _no_plugins(monkeypatch)
+    assert main(["checkpoint", "ls", "runs"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert " ".join(captured.err.split()) == (
+        "monitored: error: no installed plugin adds the command 'checkpoint': the package "
+        f"monitored-checkpoint does. {INSTALL_HINT}"
+    )
+    # Another name is argparse's to refuse, with the choices.
+    with pytest.raises(SystemExit) as info:
+        main(["frobnicate"])
+    assert info.value.code == 2
+    assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
+
+
+def test_a_disabled_plugins_command_says_it_is_disabled(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MONITORED_DISABLE_PLUGINS", "checkpoint")
+    assert main(["checkpoint", "ls", "runs"]) == 2
+    assert " ".join(capsys.readouterr().err.split()) == (
+        "monitored: error: the command 'checkpoint' comes with the plugin 'checkpoint', "
+        "disabled by MONITORED_DISABLE_PLUGINS; remove it from there to use the command"
+    )
 
 
 def test_a_broken_plugin_is_reported_with_exit_status_1(

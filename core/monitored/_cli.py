@@ -44,6 +44,15 @@ WIDTH: Final = 100
 _MAIN_DESCRIPTION = (
     "List the installed monitored plugins (monitored plugins) and run the commands they add."
 )
+#: The commands this project's plugin packages add, for the hint when one is asked for
+#: and missing. Names in a message only: the core imports no plugin package.
+_PACKAGE_COMMANDS: Final = {"checkpoint": "monitored-checkpoint"}
+_INSTALL_HINT: Final = (
+    "Plugins are packages of their own, installed beside monitored: pip install "
+    "monitored-checkpoint adds 'monitored checkpoint' (ls, show, diff, verify); in a clone "
+    "of the monitored repository, 'uv run --all-packages monitored ...' installs every "
+    "plugin of the workspace."
+)
 _DESCRIPTION = (
     "List the installed monitored plugins: their distributions, versions, the capability "
     "each provides, the options each accepts and (--verbose) the hooks each implements."
@@ -143,6 +152,7 @@ def _list_plugins(args: argparse.Namespace, rows: list[dict[str, Any]]) -> int:
         return 0
     if not rows:
         print("No monitored plugins are installed.")
+        print(_wrapped(_INSTALL_HINT, "", ""))
         return 0
     headers = ("plugin", "distribution", "version", "provides", "notes")
     table = [
@@ -232,10 +242,15 @@ def _main(argv: Sequence[str] | None) -> int:
     if argv[:1] != ["plugins"]:  # which says each failure once, itself
         for error in errors:
             print(_wrapped(f"monitored: warning: {error}", "", "  "), file=sys.stderr)
+    if wanted is not None and wanted not in {command.name for command in found}:
+        missing = _missing_command(wanted, errors)
+        if missing is not None:
+            print(_wrapped(f"monitored: error: {missing}", "", "  "), file=sys.stderr)
+            return 2
     parser = argparse.ArgumentParser(
         prog="monitored",
         description=_MAIN_DESCRIPTION,
-        epilog=_unavailable(errors),
+        epilog=_unavailable(errors) if errors or found else _INSTALL_HINT,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"monitored {__version__}")
@@ -288,6 +303,24 @@ def _run(handler: Any, args: argparse.Namespace) -> int:
 
 async def _wait(awaitable: Any) -> Any:
     return await awaitable
+
+
+def _missing_command(name: str, errors: Sequence[PluginError]) -> str | None:
+    """Why the command ``name`` of one of this project's plugin packages is not there,
+    and how to get it; ``None`` for another name (argparse's own error lists the choices)."""
+    if name not in _PACKAGE_COMMANDS:
+        return None
+    if any(error.plugin == name for error in errors):
+        return f"the command {name!r} is unavailable: its plugin fails to load (see above)"
+    if name in disabled_from_env():
+        return (
+            f"the command {name!r} comes with the plugin {name!r}, disabled by "
+            f"{DISABLE_ENV}; remove it from there to use the command"
+        )
+    return (
+        f"no installed plugin adds the command {name!r}: the package "
+        f"{_PACKAGE_COMMANDS[name]} does. {_INSTALL_HINT}"
+    )
 
 
 def _unavailable(errors: Sequence[PluginError]) -> str | None:

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -160,10 +161,43 @@ def test_ls_of_an_empty_directory_and_of_no_directory(
     assert _cli(capsys, "ls", tmp_path) == (0, f"No checkpoints in {tmp_path}.\n", "")
     status, out, err = _cli(capsys, "ls", tmp_path / "missing")
     assert (status, out) == (2, "")
-    assert (
-        err
-        == f"monitored checkpoint ls: error: {tmp_path / 'missing'} is not a directory of checkpoints\n"
+    assert err == f"monitored checkpoint ls: error: {tmp_path / 'missing'} does not exist\n"
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dangling").symlink_to("nowhere")
+    for entry, what in (
+        ("file", "is not a directory of checkpoints"),
+        ("dangling", "is a symbolic link to nowhere"),
+    ):
+        status, out, err = _cli(capsys, "ls", tmp_path / entry)
+        assert (status, out) == (2, "")
+        assert err == f"monitored checkpoint ls: error: {tmp_path / entry} {what}\n"
+
+
+def test_ls_and_verify_of_a_parent_of_runs_name_the_runs(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``monitored checkpoint ls runs``: the subdirectories that hold checkpoints, by listing."""
+    shutil.copytree(run, tmp_path / "run2")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes.txt").write_text("x")
+    status, out, err = _cli(capsys, "ls", tmp_path)
+    assert (status, err) == (0, "")
+    assert out.splitlines() == [
+        f"No checkpoints in {tmp_path}.",
+        "These subdirectories of it hold checkpoints:",
+        f"  {run}",
+        f"  {tmp_path / 'run2'}",
+        f"List one: monitored checkpoint ls {run}",
+    ]
+    status, out, _ = _cli(capsys, "verify", tmp_path)
+    assert status == 1
+    assert out.splitlines()[0] == (
+        f"problem: {tmp_path} holds no checkpoint (no manifest *.json); these subdirectories "
+        f"of it hold some: {run}, {tmp_path / 'run2'}"
     )
+    status, _, err = _cli(capsys, "show", tmp_path)
+    assert status == 2
+    assert err.endswith(f"these subdirectories of it hold some: {run}, {tmp_path / 'run2'}\n")
 
 
 def test_ls_names_a_damaged_checkpoint_and_exits_1(
@@ -173,7 +207,8 @@ def test_ls_names_a_damaged_checkpoint_and_exits_1(
     status, out, err = _cli(capsys, "ls", run)
     assert status == 1
     assert "damaged" in out.splitlines()[2]
-    assert err.startswith(f"monitored checkpoint ls: error: {run / 'model.ckpt-3'}: ")
+    # The problem names the file at fault, whose name starts with the checkpoint's.
+    assert err.startswith(f"monitored checkpoint ls: error: {run / 'model.ckpt-3.json'}: ")
     assert "the manifest is not valid JSON" in err
 
 
@@ -201,7 +236,8 @@ def test_ls_says_a_damaged_newest_is_skipped_and_which_checkpoint_a_restore_uses
         "the newest checkpoint, model.ckpt-4, is damaged: a restore skips it and uses "
         "model.ckpt-3 (step 3)"
     )
-    assert err.startswith(f"monitored checkpoint ls: error: {run / 'model.ckpt-4'}: ")
+    at_fault = "model.ckpt-4.json:" if how == "manifest" else "model.ckpt-4: the data file"
+    assert err.startswith(f"monitored checkpoint ls: error: {run / at_fault} ")
     if how == "truncated data":
         size = (run / "model.ckpt-4.safetensors").stat().st_size
         assert err.endswith(
@@ -313,13 +349,307 @@ def test_ls_when_no_checkpoint_can_be_restored(
         restore_latest(_state(), run)
 
 
+def _fifo(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
+def _replace_with_link(path: Path, target: str) -> None:
+    path.unlink(missing_ok=True)
+    path.symlink_to(target)
+
+
+def _replace_with_directory(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    path.mkdir()
+
+
+#: Entries named like a checkpoint file that are no good one: what each makes ``ls`` and
+#: ``verify`` say. Checkpoints 2, 3 and 4 stay good; 4 stays the newest and restored.
+ODD_ENTRIES: dict[str, tuple[Callable[[Path], None], str, str]] = {
+    "manifest-fifo": (
+        lambda run: _fifo(run / "model.ckpt-5.json"),
+        "model.ckpt-5",
+        "model.ckpt-5.json is a FIFO, not a manifest; refused",
+    ),
+    "manifest-link-to-dev-zero": (
+        lambda run: _replace_with_link(run / "model.ckpt-5.json", "/dev/zero"),
+        "model.ckpt-5",
+        "model.ckpt-5.json is a symbolic link to /dev/zero, outside",
+    ),
+    "manifest-is-a-directory": (
+        lambda run: _replace_with_directory(run / "model.ckpt-5.json"),
+        "model.ckpt-5",
+        "model.ckpt-5.json is a directory, not a manifest; refused",
+    ),
+    "manifest-not-json": (
+        lambda run: (run / "model.ckpt-9.json").write_text("{garbage"),
+        "model.ckpt-9",
+        "model.ckpt-9.json: the manifest is not valid JSON",
+    ),
+    "manifest-empty-object": (
+        lambda run: (run / "model.ckpt-7.json").write_text("{}"),
+        "model.ckpt-7",
+        "model.ckpt-7.json is not a monitored-checkpoint manifest",
+    ),
+    "another-checkpoints-manifest": (
+        lambda run: shutil.copy(run / "model.ckpt-2.json", run / "model.ckpt-8.json"),
+        "model.ckpt-8",
+        "model.ckpt-8.json: the manifest is incomplete or damaged (files must name exactly "
+        "'model.ckpt-8.safetensors'",
+    ),
+    "data-file-without-manifest": (
+        lambda run: shutil.copy(run / "model.ckpt-2.safetensors", run / "model.ckpt-5.safetensors"),
+        "model.ckpt-5",
+        "model.ckpt-5: its data file model.ckpt-5.safetensors has no manifest model.ckpt-5.json: "
+        "an incomplete checkpoint",
+    ),
+    "directory-named-like-a-checkpoint": (
+        lambda run: (run / "model.ckpt-6").mkdir(),
+        "model.ckpt-6",
+        "model.ckpt-6: a directory named like a checkpoint, which is two files "
+        "(model.ckpt-6.json and model.ckpt-6.safetensors); a restore ignores it",
+    ),
+    "fifo-named-like-an-older-checkpoint": (
+        lambda run: os.mkfifo(run / "model.ckpt-1"),
+        "model.ckpt-1",
+        "model.ckpt-1: a FIFO named like a checkpoint",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ODD_ENTRIES))
+def test_ls_and_verify_name_every_entry_named_like_a_checkpoint_file_that_is_no_good_one(
+    run: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    make, name, problem = ODD_ENTRIES[case]
+    make(run)
+    status, out, err = _cli(capsys, "ls", run)
+    assert status == 1
+    row = next(line.split() for line in out.splitlines()[1:] if line.endswith(f" {name}"))
+    assert row[-2:] == ["damaged", name]  # neither newest nor kept forever
+    assert "newest model.ckpt-4" in [" ".join(line.split()[-2:]) for line in out.splitlines()]
+    assert err.startswith(f"monitored checkpoint ls: error: {run}/")
+    assert problem in err
+    assert err.count("\n") == 1
+    rows = {r["name"]: r for r in json.loads(_cli(capsys, "ls", "--json", run)[1])}
+    assert rows[name]["problem"] is not None
+    assert problem in f"{rows[name]['path']}: {rows[name]['problem']}"
+    assert rows[name]["kept_forever"] is None
+    assert [n for n, r in rows.items() if r["restored"]] == ["model.ckpt-4"]
+    status, out, err = _cli(capsys, "verify", run)
+    assert (status, err) == (1, "")
+    problems = [line for line in out.splitlines() if line.startswith("problem: ")]
+    assert len(problems) == 1
+    assert problems[0].startswith(f"problem: {run}/")
+    assert problem in problems[0]
+    checked = 3 if case.endswith("like-a-checkpoint") or "older" in case else 4
+    assert out.splitlines()[-1] == f"{checked} checkpoints checked: 1 problem"
+
+
+def test_verify_and_ls_name_every_odd_entry_at_once(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = [
+        "manifest-not-json",
+        "manifest-empty-object",
+        "another-checkpoints-manifest",
+        "data-file-without-manifest",
+        "directory-named-like-a-checkpoint",
+        "fifo-named-like-an-older-checkpoint",
+    ]
+    for case in cases:
+        ODD_ENTRIES[case][0](run)
+    status, out, err = _cli(capsys, "ls", run)
+    assert status == 1
+    assert [line.split()[-2] for line in out.splitlines()[1:]] == [
+        "damaged",  # 1
+        "forever",  # 2
+        "-",  # 3
+        "newest",  # 4
+        "damaged",  # 5
+        "damaged",  # 6
+        "damaged",  # 7
+        "damaged",  # 8
+        "damaged",  # 9
+    ]
+    assert len(err.splitlines()) == len(cases)
+    status, out, _ = _cli(capsys, "verify", run)
+    assert status == 1
+    problems = [line for line in out.splitlines() if line.startswith("problem: ")]
+    for case in cases:
+        assert sum(ODD_ENTRIES[case][2] in problem for problem in problems) == 1, case
+    assert out.splitlines()[-1] == "7 checkpoints checked: 6 problems"
+
+
+def test_a_kept_checkpoints_manifest_that_is_a_directory_is_named_as_one(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not "the state file lists model.ckpt-3, which has no manifest": it has one, a directory."""
+    _replace_with_directory(run / "model.ckpt-3.json")
+    refused = f"{run / 'model.ckpt-3.json'} is a directory, not a manifest; refused"
+    assert _cli(capsys, "verify", run) == (
+        1,
+        f"problem: {refused}\n3 checkpoints checked: 1 problem\n",
+        "",
+    )
+    status, out, err = _cli(capsys, "ls", run)
+    assert status == 1
+    assert out.splitlines()[2].split()[-2:] == ["damaged", "model.ckpt-3"]
+    assert err == f"monitored checkpoint ls: error: {refused}\n"
+
+
+def test_a_flood_of_json_files_of_other_series_costs_a_bounded_number_of_reads(
+    run: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from monitored_checkpoint import _inspect
+
+    for i in range(200):
+        (run / f"trace{i:03d}-1.json").write_text("{}")
+    reads: list[str] = []
+    is_ours = _inspect._is_our_manifest
+
+    def counted(store: Any, file: str) -> bool:
+        reads.append(file)
+        return is_ours(store, file)
+
+    monkeypatch.setattr(_inspect, "_is_our_manifest", counted)
+    assert _cli(capsys, "verify", run) == (0, "3 checkpoints checked: all verified\n", "")
+    assert len(reads) == 20
+
+
+def test_a_state_file_that_is_a_fifo_is_named_by_ls_and_verify(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fifo(run / "checkpoint")
+    refused = f"{run / 'checkpoint'} is a FIFO, not a state file; refused"
+    status, out, err = _cli(capsys, "ls", run)
+    assert status == 1
+    assert err == f"monitored checkpoint ls: error: {refused}\n"
+    assert out.splitlines()[-1].split()[-2:] == ["newest", "model.ckpt-4"]
+    assert _cli(capsys, "verify", run) == (
+        1,
+        f"problem: {refused}\n3 checkpoints checked: 1 problem\n",
+        "",
+    )
+
+
+def test_files_not_named_like_a_checkpoint_file_are_no_problem(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A profiler's timelines, event files (of a host ending in a number), notes, a killed
+    save's leftovers: not checkpoints, not listed, not problems."""
+    (run / "timeline-100.json").write_text('{"traceEvents": []}')
+    (run / "events.out.tfevents.1700000000.worker-7").write_bytes(b"x")
+    (run / "notes.txt").write_text("x")
+    (run / ".model.ckpt-9.json.tmp-1-abcd1234").write_text("{")
+    os.mkfifo(run / "a-fifo")
+    (run / "logs").mkdir()
+    status, out, err = _cli(capsys, "ls", run)
+    assert (status, err) == (0, "")
+    assert [line.split()[-1] for line in out.splitlines()[1:]] == [
+        "model.ckpt-2",
+        "model.ckpt-3",
+        "model.ckpt-4",
+    ]
+    assert _cli(capsys, "verify", run) == (0, "3 checkpoints checked: all verified\n", "")
+
+
+def test_a_series_whose_data_files_are_all_gone_is_still_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Manifests of ours are checkpoints whatever their series; a damaged one beside them too."""
+    Saver().save(_state(), f"{tmp_path}/weights", global_step=5)
+    (tmp_path / "weights-5.safetensors").unlink()
+    (tmp_path / "checkpoint").unlink()
+    (tmp_path / "weights-9.json").write_text("{garbage")
+    status, out, _ = _cli(capsys, "verify", tmp_path)
+    assert status == 1
+    problems = [line for line in out.splitlines() if line.startswith("problem: ")]
+    assert len(problems) == 2
+    assert "weights-5.safetensors: the data file is missing" in problems[0]
+    assert "weights-9.json: the manifest is not valid JSON" in problems[1]
+
+
+#: Ways the newest checkpoint's data file can be no regular file of the right size.
+DAMAGED_DATA: dict[str, tuple[Callable[[Path], None], str]] = {
+    "fifo": (_fifo, "model.ckpt-4.safetensors is a FIFO, not a regular file; refused"),
+    "link-to-dev-zero": (
+        lambda path: _replace_with_link(path, "/dev/zero"),
+        "model.ckpt-4.safetensors is a symbolic link to /dev/zero, outside",
+    ),
+    "directory": (_replace_with_directory, "model.ckpt-4.safetensors is a directory"),
+    "truncated": (
+        lambda path: path.write_bytes(path.read_bytes()[:-8]),
+        "the data file model.ckpt-4.safetensors has",
+    ),
+}
+
+
+@pytest.mark.parametrize("how", list(DAMAGED_DATA))
+def test_a_damaged_newest_of_any_kind_stays_the_newest_and_show_and_diff_say_what_they_use(
+    run: Path, capsys: pytest.CaptureFixture[str], how: str
+) -> None:
+    damage, problem = DAMAGED_DATA[how]
+    damage(run / "model.ckpt-4.safetensors")
+    status, out, err = _cli(capsys, "ls", run)
+    assert status == 1
+    lines = out.splitlines()
+    assert lines[3].endswith("damaged, newest, skipped by a restore  model.ckpt-4")
+    assert lines[2].split()[-2:] == ["restored", "model.ckpt-3"]
+    assert problem in err
+    note = (
+        f"using {run / 'model.ckpt-3'} (step 3), the checkpoint a restore of {run} uses: "
+        f"the newest, model.ckpt-4, is skipped as damaged: "
+    )
+    status, out, err = _cli(capsys, "show", run)
+    assert status == 0
+    assert out.startswith(f"checkpoint {run / 'model.ckpt-3'}: step 3, ")
+    assert err.startswith(f"monitored checkpoint show: note: {note}")
+    assert problem in err
+    assert err.count("\n") == 1
+    status, out, err = _cli(capsys, "show", "--json", "--stats", run)
+    assert status == 0
+    assert json.loads(out)["step"] == 3  # the note is on stderr, stdout stays JSON
+    assert err.startswith(f"monitored checkpoint show: note: {note}")
+    status, out, err = _cli(capsys, "show", "--array", "count", run)
+    assert (status, out) == (0, "count: int64 ()\n0\n")
+    assert err.startswith(f"monitored checkpoint show: note: {note}")
+    status, out, err = _cli(capsys, "diff", run, run / "model.ckpt-3")
+    assert status == 0  # the same checkpoint: what a restore uses is model.ckpt-3
+    assert out.splitlines()[0] == f"a: {run / 'model.ckpt-3'} (step 3)"
+    assert out.splitlines()[-1] == "equal"
+    assert err.startswith(f"monitored checkpoint diff: note: a: {note}")
+    # What a restore really does.
+    with pytest.warns(CorruptCheckpointWarning, match="model.ckpt-4"):
+        manifest = restore_latest(_state(), run)
+    assert manifest is not None
+    assert manifest.name == "model.ckpt-3"
+
+
+def test_show_of_a_directory_none_of_whose_checkpoints_can_be_restored(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for step in (2, 3, 4):
+        _fifo(run / f"model.ckpt-{step}.safetensors")
+    for argv in (("show", run), ("diff", run / "model.ckpt-2", run)):
+        status, out, err = _cli(capsys, *argv)
+        assert (status, out) == (2, "")
+        assert err == (
+            f"monitored checkpoint {argv[0]}: error: no checkpoint of {run} can be restored: "
+            f"each is damaged (monitored checkpoint verify {run} names every problem); "
+            f"{run / 'model.ckpt-4'}: the data file model.ckpt-4.safetensors cannot be read: "
+            f"{run / 'model.ckpt-4.safetensors'} is a FIFO, not a regular file; refused\n"
+        )
+
+
 # -- show -----------------------------------------------------------------------------------------
 def test_show_lists_every_array_and_the_plugin_states_from_the_manifest_alone(
     run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The data file is damaged: show reads the manifest only.
+    # The data file is damaged: show of the checkpoint reads its manifest only.
     (run / "model.ckpt-4.safetensors").write_bytes(b"garbage")
-    status, out, err = _cli(capsys, "show", run)
+    status, out, err = _cli(capsys, "show", run / "model.ckpt-4")
     assert (status, err) == (0, "")
     lines = out.splitlines()
     assert lines[0].startswith(f"checkpoint {run / 'model.ckpt-4'}: step 4, written ")
@@ -391,13 +721,94 @@ def test_show_array_prints_one_array(run: Path, capsys: pytest.CaptureFixture[st
 def test_show_of_something_that_is_no_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    status, out, err = _cli(capsys, "show", tmp_path / "nothing")
-    assert (status, out) == (2, "")
-    assert err.startswith("monitored checkpoint show: error: ")
-    assert "is neither a checkpoint" in err
+    nothing = tmp_path / "nothing"
+    assert _cli(capsys, "show", nothing) == (
+        2,
+        "",
+        f"monitored checkpoint show: error: {nothing} does not exist: it is no directory, and "
+        "no checkpoint (there is no nothing.json beside it)\n",
+    )
+    assert _cli(capsys, "verify", tmp_path / "nowhere" / "model.ckpt-1") == (
+        2,
+        "",
+        f"monitored checkpoint verify: error: {tmp_path / 'nowhere' / 'model.ckpt-1'} does not "
+        f"exist: there is no directory {tmp_path / 'nowhere'}\n",
+    )
+    nothing.write_text("a file, not a checkpoint")
+    assert _cli(capsys, "show", nothing) == (
+        2,
+        "",
+        f"monitored checkpoint show: error: {nothing} is neither a checkpoint (there is no "
+        "nothing.json beside it) nor a directory holding one\n",
+    )
     status, _, err = _cli(capsys, "show", "bad\0path")
     assert status == 2
-    assert err.startswith("monitored checkpoint show: error: bad\0path is neither a checkpoint")
+    assert err.startswith("monitored checkpoint show: error: bad\0path does not exist")
+
+
+@pytest.mark.parametrize("suffix", [".json", ".safetensors"])
+def test_show_verify_and_diff_take_a_manifests_or_a_data_files_path(
+    run: Path, capsys: pytest.CaptureFixture[str], suffix: str
+) -> None:
+    """What a shell completes to names the checkpoint (``model.ckpt-3.json``)."""
+    path = run / f"model.ckpt-3{suffix}"
+    status, out, _ = _cli(capsys, "show", path)
+    assert status == 0
+    assert out.startswith(f"checkpoint {run / 'model.ckpt-3'}: step 3, ")
+    assert _cli(capsys, "verify", path) == (0, "1 checkpoint checked: all verified\n", "")
+    assert _cli(capsys, "diff", path, run / "model.ckpt-3")[0] == 0
+    assert load_variable(path, "w")[0, 0] == 3
+    status, out, err = _cli(capsys, "show", run / f"model.ckpt-9{suffix}")
+    assert (status, out) == (2, "")
+    assert err == (
+        f"monitored checkpoint show: error: {run / f'model.ckpt-9{suffix}'} does not exist: it "
+        "is no directory, and no checkpoint (there is no model.ckpt-9.json beside it)\n"
+    )
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_checkpoint_named_by_path_whose_manifest_is_no_regular_file_says_what_it_is(
+    run: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    manifest = run / "model.ckpt-4.json"
+    _fifo(manifest) if kind == "fifo" else _replace_with_directory(manifest)
+    refused = (
+        f"{manifest} is a {'FIFO' if kind == 'fifo' else 'directory'}, not a manifest; refused"
+    )
+    for path in (run / "model.ckpt-4", manifest):
+        assert _cli(capsys, "show", path) == (
+            2,
+            "",
+            f"monitored checkpoint show: error: {refused}\n",
+        )
+        assert _cli(capsys, "verify", path) == (
+            1,
+            f"problem: {refused}\n1 checkpoint checked: 1 problem\n",
+            "",
+        )
+    with pytest.raises(CorruptCheckpointError, match="not a manifest; refused"):
+        load_variable(run / "model.ckpt-4", "w")
+
+
+def test_show_array_suggests_names_whatever_their_case_and_lists_a_few(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = _cli(capsys, "show", "--array", "W", run)
+    assert (status, out) == (2, "")
+    assert err == (
+        f"monitored checkpoint show: error: checkpoint {run / 'model.ckpt-4'} (step 4) holds no "
+        "array 'W'; did you mean 'w'? (3 arrays: b, count, w)\n"
+    )
+    status, _, err = _cli(capsys, "show", "--array", "zzz", run)
+    assert err.endswith("holds no array 'zzz' (3 arrays: b, count, w)\n")
+    many = TrainState({f"layer{i}": np.zeros(1) for i in range(25)}, seed=0)
+    Saver().save(many, f"{tmp_path}/many/model.ckpt", global_step=1)
+    status, _, err = _cli(capsys, "show", "--array", "Layer7", tmp_path / "many")
+    assert status == 2
+    assert err.endswith(
+        "holds no array 'Layer7'; did you mean 'layer7', 'layer17', 'layer9'? (25 arrays: "
+        f"monitored checkpoint show {tmp_path / 'many' / 'model.ckpt-1'})\n"
+    )
 
 
 def test_an_operating_system_error_is_one_line_with_status_2(
@@ -491,8 +902,24 @@ def test_diff_names_each_difference_and_exits_1(
     assert rows["w"] == ["0.25", "differs"]
     assert "the global step differs: 0 in a, 5 in b" in lines
     assert "the RNG state differs" in lines
-    assert "the state of plugin 'p' differs" in lines
+    assert "plugin 'p' has a state in a only" in lines
     assert lines[-1] == "different"
+
+
+def test_diff_says_which_checkpoint_holds_a_plugin_state_the_other_lacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = _state()
+    Saver().save(state, f"{tmp_path}/a/model.ckpt", plugin_states={"p": {"x": 1}, "q": {"x": 1}})
+    Saver().save(state, f"{tmp_path}/b/model.ckpt", plugin_states={"mlflow_run": {}, "q": {"x": 2}})
+    status, out, _ = _cli(capsys, "diff", tmp_path / "a", tmp_path / "b")
+    assert status == 1
+    assert out.splitlines()[-4:] == [
+        "plugin 'mlflow_run' has a state in b only",
+        "plugin 'p' has a state in a only",
+        "the state of plugin 'q' differs",
+        "different",
+    ]
 
 
 def test_diff_sees_a_sign_of_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -569,14 +996,12 @@ def test_verify_of_an_empty_or_missing_directory(
     assert f"problem: {tmp_path} holds no checkpoint" in out
     status, out, err = _cli(capsys, "verify", tmp_path / "missing")
     assert (status, out) == (2, "")
-    assert "is neither a directory nor a checkpoint" in err
+    assert "missing does not exist: it is no directory, and no checkpoint" in err
 
 
 # -- hostile directories ----------------------------------------------------------------------------
-#: Crafted directories where verify finds no problem: nothing is wrong with them, or
-#: (a FIFO as the state file) what is odd is no file of the directory for the reader,
-#: which lists regular files only: a restore does not see it either.
-CLEAN = {"data-file-link-inside", "deeply-nested-unrelated-json", "state-file-fifo"}
+#: Crafted directories where verify finds no problem: nothing is wrong with them.
+CLEAN = {"data-file-link-inside", "deeply-nested-unrelated-json"}
 
 
 @pytest.mark.parametrize("case", list(hostile.CASES), ids=list(hostile.CASES))
@@ -599,7 +1024,12 @@ def test_hostile_directories_get_the_plugins_error_never_a_traceback_or_a_hang(
         assert status in allowed, (argv, status, out, err)
         assert "Traceback" not in out + err
         for line in err.splitlines():
-            assert line.startswith(f"monitored checkpoint {argv[0]}: error: "), (argv, err)
+            assert line.startswith(
+                (
+                    f"monitored checkpoint {argv[0]}: error: ",
+                    f"monitored checkpoint {argv[0]}: note: ",
+                )
+            ), (argv, err)
         if status:
             assert err or argv[0] in ("verify", "diff"), argv
     hostile._check_files(scene, outside, before, written=-1)
@@ -619,8 +1049,7 @@ def test_the_monitored_script_runs_the_checkpoint_commands(run: Path) -> None:
     os.mkfifo(run / "model.ckpt-4.safetensors.fifo")
     (run / "model.ckpt-4.safetensors").unlink()
     (run / "model.ckpt-4.safetensors.fifo").rename(run / "model.ckpt-4.safetensors")
-    # Named by path: a directory's newest is the newest whose files are both listed
-    # as regular files, which step 4 no longer is.
+    # Named by path: the checkpoint itself, not the one a restore of the directory uses.
     done = subprocess.run(
         [str(script), "checkpoint", "show", "--stats", str(run / "model.ckpt-4")],
         capture_output=True,

@@ -13,6 +13,7 @@ from monitored_checkpoint import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
     Saver,
+    UnsafeCheckpointError,
     list_variables,
     read_checkpoint,
     resolve_checkpoint,
@@ -92,6 +93,9 @@ def test_damage_and_hostile_files_are_refused(run: Path, tmp_path: Path) -> None
     manifest = run / "model.ckpt-1.json"
     manifest.unlink()
     os.mkfifo(manifest)
-    with pytest.raises(CheckpointNotFoundError, match="model.ckpt-1 is neither"):
-        list_variables(run / "model.ckpt-1")  # a FIFO is not a manifest: never opened
+    # A FIFO is not a manifest: named for what it is, never opened.
+    with pytest.raises(
+        UnsafeCheckpointError, match=r"model\.ckpt-1\.json is a FIFO, not a manifest"
+    ):
+        list_variables(run / "model.ckpt-1")
     assert list_variables(run) == [("a", (2, 3)), ("b", (2,))]  # model.ckpt-2's manifest

@@ -6,7 +6,8 @@ something was found (``diff``: they differ; ``verify`` and ``ls``: a problem),
 2 when the command could not do what was asked (a path that is not a
 checkpoint, a refused file). Errors are one line on stderr naming the file and
 what is wrong, never a traceback: everything is read through the plugin's own
-hardened reader (see ``_inspect``).
+hardened reader (see ``_inspect``). Notes (which checkpoint of a directory is
+shown when its newest is damaged) go to stderr too, so ``--json`` stays JSON.
 """
 
 from __future__ import annotations
@@ -26,13 +27,15 @@ from ._errors import CheckpointError
 from ._format import _ITEMSIZE, check_step_name, read_manifest
 from ._inspect import (
     ArrayStats,
+    CheckpointDiff,
     CheckpointRow,
     array_stats,
     diff_checkpoints,
-    list_checkpoints,
+    inspect_directory,
+    pick_checkpoint,
     verify,
 )
-from ._reader import load_variable, read_checkpoint, resolve_checkpoint
+from ._reader import load_variable, read_checkpoint
 from ._saver import split_save_path
 
 if TYPE_CHECKING:
@@ -123,18 +126,31 @@ def _error(args: argparse.Namespace, message: str) -> None:
     print(f"monitored checkpoint {args.subcommand}: error: {message}", file=sys.stderr)
 
 
+def _note(args: argparse.Namespace, message: str | None) -> None:
+    """Say on stderr (stdout may be JSON) what the user should know about the answer."""
+    if message is not None:
+        print(f"monitored checkpoint {args.subcommand}: note: {message}", file=sys.stderr)
+
+
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
 # -- ls -----------------------------------------------------------------------------------------
 def _ls(args: argparse.Namespace) -> int:
-    rows = list_checkpoints(args.directory)
+    listing = inspect_directory(args.directory)
+    rows = listing.rows
     damaged = [row for row in rows if row.problem is not None]
     if args.json:
         print(json.dumps([dataclasses.asdict(row) for row in rows], indent=2))
     elif not rows:
         print(f"No checkpoints in {args.directory}.")
+        if listing.holders:
+            more = " (and maybe more)" if len(listing.holders) == 5 else ""
+            print(f"These subdirectories of it hold checkpoints{more}:")
+            for holder in listing.holders:
+                print(f"  {holder}")
+            print(f"List one: monitored checkpoint ls {listing.holders[0]}")
     else:
         table = [
             (
@@ -149,9 +165,15 @@ def _ls(args: argparse.Namespace) -> int:
         ]
         _table(("step", "written", "size", "arrays", "notes", "name"), table, right={0, 2, 3})
         _restored_instead(rows)
+    if listing.state_problem is not None:
+        _error(args, listing.state_problem)
     for row in damaged:
-        _error(args, f"{row.path}: {row.problem}")
-    return FOUND if damaged else OK
+        assert row.problem is not None
+        # Most problems name the file at fault, which starts with the checkpoint's path.
+        _error(
+            args, row.problem if row.problem.startswith(row.path) else f"{row.path}: {row.problem}"
+        )
+    return FOUND if damaged or listing.state_problem is not None else OK
 
 
 def _notes(row: CheckpointRow) -> str:
@@ -188,15 +210,21 @@ def _show(args: argparse.Namespace) -> int:
         if args.json or args.stats:
             _error(args, "--array prints one array's values; it takes neither --json nor --stats")
             return ERROR
-        array = load_variable(args.path, args.array)
+        picked = pick_checkpoint(args.path)
+        _note(args, picked.note)
+        array = load_variable(picked.path, args.array)
         print(f"{args.array}: {array.dtype} {tuple(array.shape)}")
         print(np.array2string(array, separator=", "))
         return OK
+    picked = pick_checkpoint(args.path)
+    _note(args, picked.note)
     if args.stats:
-        manifest, arrays = read_checkpoint(args.path)
+        manifest, arrays = read_checkpoint(picked.path)
         stats: dict[str, ArrayStats] = {n: array_stats(a) for n, a in arrays.items()}
+    elif picked.manifest is not None:
+        manifest, stats = picked.manifest, {}
     else:
-        store, name = split_save_path(resolve_checkpoint(args.path))
+        store, name = split_save_path(picked.path)
         manifest = read_manifest(store, name)
         check_step_name(manifest)
         stats = {}
@@ -248,7 +276,10 @@ def _show(args: argparse.Namespace) -> int:
 
 # -- diff ---------------------------------------------------------------------------------------
 def _diff(args: argparse.Namespace) -> int:
-    diff = diff_checkpoints(args.a, args.b)
+    a, b = pick_checkpoint(args.a), pick_checkpoint(args.b)
+    _note(args, a.note and f"a: {a.note}")
+    _note(args, b.note and f"b: {b.note}")
+    diff = diff_checkpoints(a.path, b.path)
     print(f"a: {diff.a.path} (step {diff.a.step})")
     print(f"b: {diff.b.path} (step {diff.b.step})")
     for name in diff.only_a:
@@ -271,9 +302,17 @@ def _diff(args: argparse.Namespace) -> int:
     if not diff.same_rng:
         print("the RNG state differs")
     for plugin in diff.plugins:
-        print(f"the state of plugin {plugin!r} differs")
+        print(_plugin_difference(diff, plugin))
     print("equal" if diff.equal else "different")
     return OK if diff.equal else FOUND
+
+
+def _plugin_difference(diff: CheckpointDiff, plugin: str) -> str:
+    if plugin not in diff.b.plugins:
+        return f"plugin {plugin!r} has a state in a only"
+    if plugin not in diff.a.plugins:
+        return f"plugin {plugin!r} has a state in b only"
+    return f"the state of plugin {plugin!r} differs"
 
 
 # -- verify -------------------------------------------------------------------------------------

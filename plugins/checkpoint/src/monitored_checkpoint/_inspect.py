@@ -13,10 +13,12 @@ import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Final, final
 
 import numpy as np
 
+from ._entries import entry_kind, entry_names, local_directory
 from ._errors import CheckpointError, CheckpointNotFoundError, CorruptCheckpointError
 from ._format import (
     DATA_SUFFIX,
@@ -27,22 +29,27 @@ from ._format import (
     step_of,
     verify_arrays,
 )
-from ._reader import read_checkpoint
+from ._reader import locate_checkpoint, read_checkpoint
 from ._saver import (
-    _manifest_names,
-    checkpoint_state,
-    latest_checkpoint,
-    split_save_path,
+    MAX_STATE_FILE_BYTES,
+    STATE_FILENAME,
+    CheckpointState,
+    _is_our_manifest,
+    _parse_state,
 )
-from ._store import Store, open_store
+from ._store import Store, is_plain_name, open_store
 
 __all__ = [
     "ArrayStats",
     "CheckpointDiff",
     "CheckpointRow",
+    "DirectoryListing",
+    "PickedCheckpoint",
     "array_stats",
     "diff_checkpoints",
+    "inspect_directory",
     "list_checkpoints",
+    "pick_checkpoint",
     "verify",
 ]
 
@@ -82,57 +89,255 @@ class CheckpointRow:
 
 
 def list_checkpoints(directory: str | os.PathLike[str]) -> list[CheckpointRow]:
-    """Every checkpoint of ``directory`` (those with a manifest), oldest step first.
+    """Every checkpoint of ``directory``, oldest step first (:func:`inspect_directory`'s rows)."""
+    return inspect_directory(directory).rows
 
-    Reads the manifests only (their data files are sized, not read). A damaged
-    checkpoint is listed with its ``problem``, and the one a restore would use
-    is marked ``restored``; a directory that does not exist or is not one is a
-    :class:`CheckpointNotFoundError`.
+
+@final
+@dataclass(frozen=True, slots=True)
+class DirectoryListing:
+    """What ``monitored checkpoint ls`` finds in a directory."""
+
+    #: The checkpoints and the odd entries named like one, oldest step first.
+    rows: list[CheckpointRow]
+    #: What is wrong with the state file ``checkpoint``, ``None`` when it is absent or reads.
+    state_problem: str | None
+    #: Its subdirectories that hold checkpoints, when it holds none itself (``runs/``).
+    holders: list[str]
+
+
+def inspect_directory(directory: str | os.PathLike[str]) -> DirectoryListing:
+    """The checkpoints of ``directory``, oldest step first, and what else is wrong there.
+
+    A checkpoint is listed when its manifest or its data file is there, whatever
+    kind of entry it is: one that is not a regular file (a FIFO, a directory, a
+    link to ``/dev/zero``), a manifest that does not read, a data file without
+    its manifest or of the wrong size is listed with its ``problem`` (nothing is
+    opened but regular files, nothing read but manifests, data files are sized).
+    So is an entry named like a checkpoint itself (``model.ckpt-6000``, of a
+    series of the directory). Other files are not checkpoints and not listed.
+    The one a restore would use is marked ``restored``. A directory that does
+    not exist or is not one is a :class:`CheckpointNotFoundError`.
     """
     store = open_store(directory)
     if not store.is_directory():
-        raise CheckpointNotFoundError(f"{store.url} is not a directory of checkpoints")
-    names = store.list()
-    try:
-        state = checkpoint_state(store.url)
-    except CorruptCheckpointError:
-        state = None
-    kept = set(state.names) if state is not None and state.ours else None
-    newest = latest_checkpoint(store.url)
-    listed = _manifest_names(store, names)
-    # restore_latest's order: the state file's checkpoints (when ours) newest first, then
-    # every other by step, highest first.
-    ours = state.names if state is not None and state.ours else ()
-    order = [n for n in reversed(ours) if n in listed]
-    order += [n for n in listed if n not in order]
-    rows: dict[str, CheckpointRow] = {}
-    for name in listed:
-        path = store.path(name)
-        forever = None if kept is None else name not in kept
-        step = step_of(name) or 0  # listed names all end with their step
-        try:
-            manifest = read_manifest(store, name)
-            check_step_name(manifest)
-        except CheckpointError as exc:
-            rows[name] = CheckpointRow(
-                name, path, step, None, None, None, path == newest, forever, str(exc)
-            )
-            continue
-        rows[name] = CheckpointRow(
-            name,
-            path,
-            manifest.step,
-            manifest.created,
-            _size_on_disk(store, name),
-            len(manifest.arrays),
-            path == newest,
-            forever,
-            _data_problem(store, manifest),
-        )
-    restored = next((n for n in order if rows[n].problem is None), None)
+        raise CheckpointNotFoundError(_not_a_directory(store))
+    scan = _scan(store)
+    newest = scan.newest()
+    rows = {name: _row(scan, name, name == newest) for name in scan.checkpoints}
+    restored = next((n for n in scan.restore_order() if rows[n].problem is None), None)
     if restored is not None:
         rows[restored] = replace(rows[restored], restored=True)
-    return [rows[name] for name in reversed(listed)]
+    # An odd entry after the checkpoint of its name, if there is one.
+    ordered = [(row.step, 0, row) for row in rows.values()]
+    ordered += [(row.step, 1, row) for row in map(partial(_odd_row, scan), scan.odd)]
+    listed = [row for _, _, row in sorted(ordered, key=lambda item: item[:2])]
+    return DirectoryListing(listed, scan.state_problem, [] if listed else _holders(store))
+
+
+def _not_a_directory(store: Store) -> str:
+    local = local_directory(store)
+    if local is not None and not os.path.lexists(local):
+        return f"{store.url} does not exist"
+    if local is None or os.path.exists(local):
+        return f"{store.url} is not a directory of checkpoints"
+    return f"{store.url} is a symbolic link to nowhere"
+
+
+@final
+@dataclass(slots=True)
+class _Scan:
+    """A directory's entries sorted out: checkpoints, odd entries, the state file.
+
+    Decided from the listing, the state file and (for a series of names not
+    otherwise known) a manifest or two; nothing else is read.
+    """
+
+    store: Store
+    #: Checkpoint names with a manifest entry (of any kind), and with a data file entry.
+    manifests: set[str]
+    data: set[str]
+    #: Every checkpoint name (a manifest or a data file entry), oldest step first.
+    checkpoints: list[str]
+    #: Entries named like a checkpoint itself (``model.ckpt-6000``), of a known series.
+    odd: list[str]
+    state: CheckpointState | None
+    state_problem: str | None
+
+    def newest(self) -> str | None:
+        """``latest_checkpoint``'s answer, entries of any kind counting as listed."""
+        complete = [n for n in self.checkpoints if n in self.manifests and n in self.data]
+        if self.state is not None and self.state.ours and self.state.names:
+            newest = os.path.basename(self.state.model_checkpoint_path.rstrip("/"))
+            for name in (newest, self.state.names[-1]):
+                if name in complete:
+                    return name
+        return complete[-1] if complete else None
+
+    def restore_order(self) -> list[str]:
+        """The order a restore tries checkpoints in: the state file's (when ours),
+        newest first, then every other by step, highest first."""
+        listed = [n for n in reversed(self.checkpoints) if n in self.manifests]
+        ours = self.state.names if self.state is not None and self.state.ours else ()
+        order = [n for n in reversed(ours) if n in self.manifests]
+        return order + [n for n in listed if n not in order]
+
+    def kept_forever(self, name: str) -> bool | None:
+        """Whether ``name`` is past the state file's kept list: older than all it keeps."""
+        if self.state is None or not self.state.ours:
+            return None
+        steps = [step for n in self.state.names if (step := step_of(n)) is not None]
+        step = step_of(name)
+        return name not in self.state.names and step is not None and step < min(steps, default=0)
+
+
+def _scan(store: Store) -> _Scan:
+    entries = [e for e in entry_names(store) if is_plain_name(e) and not e.startswith(".")]
+    state, state_problem = _state(store, entries)
+    manifests = _stems(entries, MANIFEST_SUFFIX)
+    data = _stems(entries, DATA_SUFFIX)
+    series = {_series(n) for n in data} | {DEFAULT_SERIES}
+    if state is not None:
+        series |= {_series(n) for n in state.names}
+    series |= _series_of_ours(store, [n for n in manifests if _series(n) not in series])
+    manifests = {n for n in manifests if _series(n) in series}
+    names = manifests | data
+    odd = [e for e in entries if step_of(e) is not None and _series(e) in series]
+    return _Scan(
+        store,
+        manifests,
+        data,
+        sorted(names, key=lambda n: (step_of(n), n)),
+        sorted(odd, key=lambda n: (step_of(n), n)),
+        state,
+        state_problem,
+    )
+
+
+#: The series of names a checkpoint hook writes by default (``checkpoint_basename``).
+DEFAULT_SERIES: Final = "model.ckpt"
+
+
+def _stems(entries: list[str], suffix: str) -> set[str]:
+    """The checkpoint names (``<series>-<step>``) of the entries ending with ``suffix``."""
+    return {
+        stem
+        for entry in entries
+        if entry.endswith(suffix) and step_of(stem := entry[: -len(suffix)]) is not None
+    }
+
+
+def _series(name: str) -> str:
+    """``model.ckpt`` of ``model.ckpt-5``."""
+    return name.rpartition("-")[0]
+
+
+def _series_of_ours(store: Store, names: list[str]) -> set[str]:
+    """The series of ``names`` (manifests of series the listing does not tell) of which
+    a manifest is ours, the newest few of each read.
+
+    So ``timeline-100.json`` beside the checkpoints (a profiler's) is not taken
+    for a damaged manifest, while a series whose data files are all gone is.
+    """
+    by_series: dict[str, list[str]] = {}
+    for name in sorted(names, key=lambda n: step_of(n) or 0, reverse=True):
+        by_series.setdefault(_series(name), []).append(name)
+    # A flood of series of one file each costs a bounded number of reads, not one per file.
+    return {
+        series
+        for series in sorted(by_series)[:_READ_SERIES]
+        if any(
+            _is_our_manifest(store, n + MANIFEST_SUFFIX)
+            for n in by_series[series][:_READ_PER_SERIES]
+        )
+    }
+
+
+#: How many manifests of a series of unknown names are read to tell whether it is ours,
+#: and of how many such series at most.
+_READ_PER_SERIES: Final = 3
+_READ_SERIES: Final = 20
+
+
+def _state(store: Store, entries: list[str]) -> tuple[CheckpointState | None, str | None]:
+    """The state file, or what is wrong with it (any kind of entry named ``checkpoint``)."""
+    if STATE_FILENAME not in entries:
+        return None, None
+    try:
+        raw = store.read_bytes(STATE_FILENAME, MAX_STATE_FILE_BYTES)
+    except FileNotFoundError:
+        return None, None
+    except CheckpointError as exc:
+        return None, str(exc)
+    try:
+        return _parse_state(store, raw), None
+    except (ValueError, UnicodeDecodeError) as exc:
+        where = store.path(STATE_FILENAME)
+        return None, f"{where}: the state file cannot be parsed: {exc}"
+
+
+def _row(scan: _Scan, name: str, newest: bool) -> CheckpointRow:
+    store = scan.store
+    path = store.path(name)
+    step = step_of(name) or 0  # every checkpoint name ends with its step
+    if name not in scan.manifests:
+        return CheckpointRow(name, path, step, None, None, None, newest, None, _no_manifest(name))
+    try:
+        manifest = read_manifest(store, name)
+        check_step_name(manifest)
+    except CheckpointError as exc:
+        return CheckpointRow(name, path, step, None, None, None, newest, None, str(exc))
+    problem = _data_problem(store, manifest)
+    return CheckpointRow(
+        name,
+        path,
+        manifest.step,
+        manifest.created,
+        _size_on_disk(store, name),
+        len(manifest.arrays),
+        newest,
+        None if problem is not None else scan.kept_forever(name),
+        problem,
+    )
+
+
+def _no_manifest(name: str) -> str:
+    return (
+        f"its data file {name}{DATA_SUFFIX} has no manifest {name}{MANIFEST_SUFFIX}: an "
+        "incomplete checkpoint (a save or a copy that did not finish, or a deletion half "
+        "done); a restore ignores it"
+    )
+
+
+def _odd_row(scan: _Scan, entry: str) -> CheckpointRow:
+    path = scan.store.path(entry)
+    problem = (
+        f"{entry_kind(scan.store, entry)} named like a checkpoint, which is two files "
+        f"({entry}{MANIFEST_SUFFIX} and {entry}{DATA_SUFFIX}); a restore ignores it"
+    )
+    return CheckpointRow(entry, path, step_of(entry) or 0, None, None, None, False, None, problem)
+
+
+def _holders(store: Store, limit: int = 5) -> list[str]:
+    """Up to ``limit`` subdirectories of ``store`` that hold a checkpoint (by listing only)."""
+    directory = local_directory(store)
+    if directory is None:
+        return []
+    found = []
+    for entry in entry_names(store):
+        sub = os.path.join(directory, entry)
+        try:
+            if entry.startswith(".") or not os.path.isdir(sub):
+                continue
+            with os.scandir(sub) as inner:
+                names = {e.name for e in inner}
+        except OSError:
+            continue
+        if _stems(list(names), MANIFEST_SUFFIX) & _stems(list(names), DATA_SUFFIX):
+            found.append(store.path(entry))
+            if len(found) == limit:
+                break
+    return found
 
 
 def _data_problem(store: Store, manifest: Manifest) -> str | None:
@@ -294,50 +499,134 @@ def verify(path: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
     """Check a directory's checkpoints (or one checkpoint): ``(checked paths, problems)``.
 
     Every checkpoint's manifest (fields, its own checksum, its step against its
-    name) and data file (size, header against the manifest, CRC-32), and the
+    name) and data file (size, header against the manifest, CRC-32), the
     directory's state file (parses, written by this package, lists only
-    checkpoints that exist). Each problem names the file and what is wrong.
+    checkpoints that exist), and every entry named like a checkpoint file that
+    is not a good one: a FIFO, a directory or a link out of the directory, a
+    data file without its manifest. Each problem names the file and what is wrong.
     """
     given = os.fspath(path)
     store = open_store(given)
     problems: list[str] = []
-    if store.is_directory():
-        names = store.list()
-        problems += _state_file_problems(store, names)
-        checkpoints = list(reversed(_manifest_names(store, names)))
-        if not checkpoints:
-            problems.append(f"{store.url} holds no checkpoint (no manifest *{MANIFEST_SUFFIX})")
-    else:
-        store, name = split_save_path(given.rstrip("/"))
-        if name + MANIFEST_SUFFIX not in store.list():
-            raise CheckpointNotFoundError(
-                f"{given} is neither a directory nor a checkpoint (no {name}{MANIFEST_SUFFIX} "
-                "beside it)"
+    if store.is_directory() and not _names_a_file(given.rstrip("/")):
+        scan = _scan(store)
+        problems += _state_file_problems(scan)
+        checkpoints = scan.checkpoints
+        if not checkpoints and not scan.odd:
+            problems.append(
+                f"{store.url} holds no checkpoint (no manifest *{MANIFEST_SUFFIX})"
+                + _holders_hint(_holders(store))
             )
-        checkpoints = [name]
+        manifests = scan.manifests
+    else:
+        store, name = locate_checkpoint(given.rstrip("/"))
+        checkpoints, manifests, scan = [name], {name}, None
     for name in checkpoints:
+        if name not in manifests:
+            problems.append(f"{store.path(name)}: {_no_manifest(name)}")
+            continue
         try:
             manifest = read_manifest(store, name)
             check_step_name(manifest)
             verify_arrays(store, manifest)
         except CheckpointError as exc:
             problems.append(str(exc))
+    if scan is not None:
+        problems += [f"{row.path}: {row.problem}" for row in map(partial(_odd_row, scan), scan.odd)]
     return [store.path(name) for name in checkpoints], problems
 
 
-def _state_file_problems(store: Store, names: list[str]) -> list[str]:
-    try:
-        state = checkpoint_state(store.url)
-    except CheckpointError as exc:
-        return [str(exc)]
+def _names_a_file(path: str) -> bool:
+    """Whether ``path`` ends with the name of a checkpoint's manifest or data file
+    (``model.ckpt-5.json``): a directory so named is taken for that file, refused
+    as what it is, not for a directory of checkpoints."""
+    name = path.rpartition("/")[2]
+    return any(
+        name.endswith(suffix) and step_of(name[: -len(suffix)]) is not None
+        for suffix in (MANIFEST_SUFFIX, DATA_SUFFIX)
+    )
+
+
+def _holders_hint(holders: list[str]) -> str:
+    """``"; its subdirectories a, b hold some"`` when there are such."""
+    if not holders:
+        return ""
+    return f"; these subdirectories of it hold some: {', '.join(holders)}"
+
+
+def _state_file_problems(scan: _Scan) -> list[str]:
+    if scan.state_problem is not None:
+        return [scan.state_problem]
+    state = scan.state
     if state is None:
         return []
-    where = store.path("checkpoint")
+    where = scan.store.path(STATE_FILENAME)
     if not state.ours:
         return [f"{where} was not written by monitored-checkpoint"]
-    present = set(names)
     return [
         f"{where} lists {name}, which has no manifest {name}{MANIFEST_SUFFIX}"
         for name in state.names
-        if name + MANIFEST_SUFFIX not in present
+        if name not in scan.manifests
     ]
+
+
+# -- show, diff: which checkpoint ---------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True)
+class PickedCheckpoint:
+    """The checkpoint ``show`` or ``diff`` reads for a path (:func:`pick_checkpoint`)."""
+
+    path: str
+    #: Why it is not the directory's newest, ``None`` when it is (or a checkpoint was named).
+    note: str | None = None
+    #: Its manifest, when picking it read it (so it need not be read again).
+    manifest: Manifest | None = None
+
+
+def pick_checkpoint(path: str | os.PathLike[str]) -> PickedCheckpoint:
+    """The checkpoint that ``show`` and ``diff`` read for ``path``.
+
+    A checkpoint path (or its manifest's or data file's) names itself. A directory
+    names its newest checkpoint (:func:`latest_checkpoint`'s, entries of any kind
+    counting) unless that one is damaged (by its manifest or its data file's size,
+    as ``ls`` tells); then the one a restore uses, and the note says which one is
+    skipped and why. :class:`CheckpointNotFoundError` when there is no checkpoint,
+    :class:`CorruptCheckpointError` when none can be restored.
+    """
+    given = os.fspath(path)
+    trimmed = given.rstrip("/") or given
+    store = open_store(trimmed)
+    if not store.is_directory() or _names_a_file(trimmed):
+        store, name = locate_checkpoint(trimmed)
+        return PickedCheckpoint(store.path(name))
+    scan = _scan(store)
+    newest = scan.newest()
+    if newest is not None:  # the usual case: its manifest alone is read
+        try:
+            manifest = read_manifest(store, newest)
+            check_step_name(manifest)
+        except CheckpointError:
+            pass
+        else:
+            if _data_problem(store, manifest) is None:
+                return PickedCheckpoint(manifest.path, manifest=manifest)
+    rows = inspect_directory(trimmed).rows
+    restored = next((row for row in rows if row.restored), None)
+    latest = next((row for row in rows if row.newest), None)
+    if restored is None or latest is None:
+        if not rows:
+            raise CheckpointNotFoundError(
+                f"{given} is a directory without a checkpoint (no checkpoint manifest "
+                f"*{MANIFEST_SUFFIX} in it)" + _holders_hint(_holders(store))
+            )
+        damaged = latest or rows[-1]
+        raise CorruptCheckpointError(
+            f"no checkpoint of {store.url} can be restored: each is damaged (monitored "
+            f"checkpoint verify {store.url} names every problem); {damaged.path}: "
+            f"{damaged.problem}"
+        )
+    return PickedCheckpoint(
+        restored.path,
+        f"using {restored.path} (step {restored.step}), the checkpoint a restore of "
+        f"{store.url} uses: the newest, {latest.name}, is skipped as damaged: {latest.problem}",
+    )

@@ -11,16 +11,30 @@ from __future__ import annotations
 
 import difflib
 import os
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
+from ._entries import entry_names, local_directory
 from ._errors import CheckpointError, CheckpointNotFoundError
-from ._format import MANIFEST_SUFFIX, Manifest, check_step_name, read_arrays, read_manifest
+from ._format import (
+    DATA_SUFFIX,
+    MANIFEST_SUFFIX,
+    Manifest,
+    check_step_name,
+    read_arrays,
+    read_manifest,
+)
 from ._saver import latest_checkpoint, split_save_path
-from ._store import open_store
+from ._store import Store, open_store
 
-__all__ = ["list_variables", "load_variable", "read_checkpoint", "resolve_checkpoint"]
+__all__ = [
+    "list_variables",
+    "load_variable",
+    "locate_checkpoint",
+    "read_checkpoint",
+    "resolve_checkpoint",
+]
 
 
 def resolve_checkpoint(ckpt_dir_or_file: str | os.PathLike[str]) -> str:
@@ -28,10 +42,14 @@ def resolve_checkpoint(ckpt_dir_or_file: str | os.PathLike[str]) -> str:
 
     A directory names its newest checkpoint (:func:`latest_checkpoint`); any
     other path names the checkpoint whose manifest ``<path>.json`` sits beside
-    it (``runs/a/model.ckpt-100``). A directory is taken as a directory even when
-    a file ``<directory>.json`` sits beside it (``runs/pretrained/`` and a
-    config ``runs/pretrained.json``). Raises :class:`CheckpointNotFoundError`
-    when it is neither, or a directory without a checkpoint.
+    it (``runs/a/model.ckpt-100``), or is the path of its manifest or data file
+    (``runs/a/model.ckpt-100.json``, ``.safetensors``: what a shell's completion
+    gives). A manifest that is there but is no regular file (a FIFO, a
+    directory) still names its checkpoint: reading it then says what it is. A
+    directory is taken as a directory even when a file ``<directory>.json``
+    sits beside it (``runs/pretrained/`` and a config ``runs/pretrained.json``).
+    Raises :class:`CheckpointNotFoundError` when it is neither, or a directory
+    without a checkpoint.
     """
     given = os.fspath(ckpt_dir_or_file)
     trimmed = given.rstrip("/") or given
@@ -43,11 +61,37 @@ def resolve_checkpoint(ckpt_dir_or_file: str | os.PathLike[str]) -> str:
                 f"*{MANIFEST_SUFFIX} in it); give a directory holding one, or a checkpoint path"
             )
         return found
-    store, name = split_save_path(trimmed)
-    if name + MANIFEST_SUFFIX in store.list():
-        return store.path(name)
+    store, name = locate_checkpoint(trimmed)
+    return store.path(name)
+
+
+def locate_checkpoint(path: str) -> tuple[Store, str]:
+    """The store and the name of the checkpoint that ``path`` (not a directory) names.
+
+    ``dir/model.ckpt-5``, ``dir/model.ckpt-5.json`` or ``dir/model.ckpt-5.safetensors``
+    -> (the store of ``dir``, ``"model.ckpt-5"``), when ``dir`` has an entry
+    ``model.ckpt-5.json`` of any kind; else :class:`CheckpointNotFoundError`.
+    """
+    store, name = split_save_path(path)
+    entries = set(entry_names(store))
+    if name + MANIFEST_SUFFIX in entries:
+        return store, name
+    stem = name
+    for suffix in (MANIFEST_SUFFIX, DATA_SUFFIX):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            stem = name[: -len(suffix)]
+            if stem + MANIFEST_SUFFIX in entries:
+                return store, stem
+    directory = local_directory(store)
+    if directory is not None and not os.path.lexists(directory):
+        raise CheckpointNotFoundError(f"{path} does not exist: there is no directory {store.url}")
+    if directory is not None and not os.path.lexists(os.path.join(directory, name)):
+        raise CheckpointNotFoundError(
+            f"{path} does not exist: it is no directory, and no checkpoint (there is no "
+            f"{stem}{MANIFEST_SUFFIX} beside it)"
+        )
     raise CheckpointNotFoundError(
-        f"{given} is neither a checkpoint (there is no {name}{MANIFEST_SUFFIX} beside it) "
+        f"{path} is neither a checkpoint (there is no {stem}{MANIFEST_SUFFIX} beside it) "
         "nor a directory holding one"
     )
 
@@ -88,10 +132,29 @@ def load_variable(ckpt_dir_or_file: str | os.PathLike[str], name: str) -> np.nda
     """
     manifest, arrays = read_checkpoint(ckpt_dir_or_file)
     if name not in arrays:
-        close = difflib.get_close_matches(name, list(arrays), n=3)
-        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
         raise CheckpointError(
             f"checkpoint {manifest.path} (step {manifest.step}) holds no array {name!r}"
-            f"{hint} ({len(arrays)} arrays: monitored checkpoint show {manifest.path})"
+            f"{_close_names(name, list(arrays), manifest.path)}"
         )
     return arrays[name]
+
+
+#: Up to this many arrays, a missing name's error lists them all.
+_LISTED_NAMES: Final = 20
+
+
+def _close_names(name: str, names: list[str], path: str) -> str:
+    """``"; did you mean 'w'? (3 arrays: b, count, w)"``: the names closest to
+    ``name`` (case aside), and every name of a small checkpoint."""
+    folded = {n.casefold(): n for n in sorted(names, reverse=True)}
+    close = [folded[name.casefold()]] if name.casefold() in folded else []
+    close += [
+        folded[n]
+        for n in difflib.get_close_matches(name.casefold(), list(folded), n=3)
+        if folded[n] not in close
+    ]
+    hint = f"; did you mean {', '.join(map(repr, close[:3]))}?" if close else ""
+    count = f"{len(names)} array{'s' * (len(names) != 1)}"
+    if len(names) <= _LISTED_NAMES:
+        return f"{hint} ({count}: {', '.join(sorted(names))})"
+    return f"{hint} ({count}: monitored checkpoint show {path})"
