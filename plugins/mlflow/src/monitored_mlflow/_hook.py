@@ -6,7 +6,8 @@ returns: nothing is fetched, converted, locked or awaited. On a due step (every
 in one transfer and appended to the sender's list; summary sinks
 (``write_summaries``: ``global_step/sec``, the Supervisor's summaries) and
 evaluation results (``after_evaluate``, prefixed ``eval/``) are appended when
-they come. A :class:`~monitored_mlflow._sender.Sender` thread sends them.
+they come. A :class:`~monitored_mlflow._sender.Sender` ships them to a process of
+its own, which sends them to MLflow.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import numpy as np
 from monitored import PluginError, to_host
 
 from ._errors import MlflowConfigError
-from ._sender import MAX_PARAM_VALUE_LENGTH, Sender, SenderConfig
+from ._sender import Sender, SenderConfig
+from ._writer import MAX_PARAM_VALUE_LENGTH
 
 if TYPE_CHECKING:
     from monitored import Coordinator, MonitoredSession, SessionRunContext, SessionRunValues
