@@ -93,8 +93,8 @@ class MlflowHook:
         backoff_secs: the wait before the first retry, doubled after each.
         max_pending: metric points kept while the server does not answer (the
             oldest are dropped past it).
-        flush_secs: the sender gathers points this long after each request, so
-            that one ``log_batch`` carries many steps.
+        flush_secs: what gathered is shipped to the sender process every this
+            many seconds (at least 0.05), so that one ``log_batch`` carries many steps.
     """
 
     #: Passed in ``hooks=[...]`` it owns the session's MLflow run: the installed

@@ -93,6 +93,11 @@ class Sender:
         self._thread = threading.Thread(target=self._ship, name="monitored-mlflow", daemon=True)
 
     @property
+    def pid(self) -> int | None:
+        """The sender process's id, once it started."""
+        return None if self._process is None else self._process.pid
+
+    @property
     def dropped(self) -> int:
         """Metric points, parameters, tags and artifacts dropped (sent to nobody)."""
         return self._their_dropped + self._our_dropped + self._overflowed

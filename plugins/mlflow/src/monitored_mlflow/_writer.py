@@ -288,7 +288,7 @@ class RunWriter:
         left = self._drop_pending()
         log.warning(
             "monitored-mlflow: the tracking server %s did not take what was pending within "
-            "the session's grace period (%gs): %d items dropped, %d in all; the run is left "
+            "the session's grace period (%.3gs): %d items dropped, %d in all; the run is left "
             "%s",
             self._where(),
             timeout,
