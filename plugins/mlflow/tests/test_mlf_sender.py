@@ -191,25 +191,27 @@ async def test_a_sender_process_that_cannot_start_warns_naming_the_plugin(
     assert f"{sender.dropped} items dropped in all" in tally
 
 
-def start_training(uri: str, out: Path, *extra: str) -> subprocess.Popen[str]:
+def start_training(uri: str, out: Path, *extra: str) -> subprocess.Popen[bytes]:
+    """The training script in a process group of its own (as a shell job is); its
+    output goes to ``out/output.txt``."""
     out.mkdir(exist_ok=True)
     env = {**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning"}
-    return subprocess.Popen(
-        [sys.executable, str(SCRIPT), uri, str(out), *extra],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # a process group of its own, as a shell job is
-    )
+    with open(out / "output.txt", "wb") as output:
+        return subprocess.Popen(
+            [sys.executable, str(SCRIPT), uri, str(out), *extra],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
-def wait_ready(process: subprocess.Popen[str], out: Path) -> dict[str, Any]:
+def wait_ready(process: subprocess.Popen[bytes], out: Path) -> dict[str, Any]:
     deadline = time.monotonic() + 240
     while not (out / "ready.json").exists():
         if process.poll() is not None:
-            assert process.stdout is not None
-            pytest.fail(f"the training exited: {process.stdout.read()[-3000:]}")
+            pytest.fail(f"the training exited: {(out / 'output.txt').read_text()[-3000:]}")
         if time.monotonic() > deadline:
             process.kill()
             pytest.fail("the training never got points to MLflow")
@@ -231,11 +233,12 @@ def test_ctrl_c_reaching_the_sender_process_too_ends_the_run_killed_with_every_p
         os.killpg(process.pid, signal.SIGINT)
         os.kill(ready["pid"], signal.SIGINT)
         os.kill(ready["pid"], signal.SIGTERM)
-        output, _ = process.communicate(timeout=120)
+        process.wait(120)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+    output = (out / "output.txt").read_text()
     assert process.returncode != 0, output[-3000:]
     assert "KeyboardInterrupt" in output
     closed = json.loads((out / "closed.json").read_text())

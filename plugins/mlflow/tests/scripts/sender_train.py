@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -67,6 +68,9 @@ async def main(hook: MlflowHook, session: MonitoredSession) -> None:
 
 
 if __name__ == "__main__":
+    # Ctrl-C raises KeyboardInterrupt, as in a script started from a terminal (a shell
+    # without job control starts its background jobs with SIGINT ignored).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     hook = MlflowHook(URI, log_every_n_steps=5, flush_secs=0.2)
     session = MonitoredSession(TrainState(), hooks=[hook], stop_grace_period_secs=60)
     try:
