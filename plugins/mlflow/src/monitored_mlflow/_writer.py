@@ -18,12 +18,14 @@ session's grace period, then drops the rest. Warnings and counts go back to the
 training process over a second pipe, where they are logged by the
 ``monitored.mlflow`` logger as before.
 
-The process never outlives its training process: SIGINT and SIGTERM (a Ctrl-C
-reaches the whole process group; a batch system signals every process of a job)
-are ignored, since the training process closes the run when it stops; and when
-the pipe's writing end closes, or the process's parent changes (the training
-process was killed), what is pending is sent within :data:`ORPHAN_SECS`, the run
-is ended ``KILLED``, and the process exits.
+It runs at a lower priority (:data:`NICENESS`): where the cores are busy,
+training comes first, and the sending waits. It never outlives its training
+process: SIGINT and SIGTERM (a Ctrl-C reaches the whole process group; a batch
+system signals every process of a job) are ignored, since the training process
+closes the run when it stops; and when the pipe's writing end closes, or the
+process's parent changes (the training process was killed), what is pending is
+sent within :data:`ORPHAN_SECS`, the run is ended ``KILLED``, and the process
+exits.
 
 Only the standard library is imported here at module level (MLflow when the
 thread starts), so that the script starts without the ``monitored`` core.
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_FRAME_BYTES",
+    "NICENESS",
     "ORPHAN_SECS",
     "RUN_KEY_TAG",
     "STEP_TAG",
@@ -80,6 +83,9 @@ GIT_COMMIT_TAG: Final = "mlflow.source.git.commit"
 
 #: Seconds the process goes on sending once its training process is gone.
 ORPHAN_SECS: Final = 10.0
+#: The process's niceness, added to the training process's: where the cores are
+#: busy (data loaders, other jobs), training gets them first.
+NICENESS: Final = 10
 #: How often the process checks that its training process is still there.
 PARENT_CHECK_SECS: Final = 1.0
 #: The largest frame either side reads (the training process ships at most
@@ -589,6 +595,8 @@ def main() -> None:
     """
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
+    if hasattr(os, "nice"):
+        os.nice(NICENESS)  # lowering one's own priority is always allowed
     channel = _Channel(os.dup(1))
     os.dup2(2, 1)  # what a library prints goes to stderr, not into the frames
     parent = os.getppid()
