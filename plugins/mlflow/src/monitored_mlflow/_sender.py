@@ -187,6 +187,9 @@ class Sender:
                 self._wake.wait(max(self.config.flush_secs, MIN_FLUSH_SECS))
         except Exception as exc:  # never into the training
             log.warning("monitored-mlflow: the shipping thread stopped: %r", exc)
+            process = self._process
+            if process is not None and process.stdin is not None:
+                process.stdin.close()  # the sender process sends what it has, and ends
 
     def _spawn(self) -> subprocess.Popen[bytes] | None:
         """Start the sender process and its reader thread; ``None`` (warned) if it cannot start."""
