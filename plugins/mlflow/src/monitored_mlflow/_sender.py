@@ -269,6 +269,8 @@ class Sender:
         try:
             while (message := read_frame(process.stdout.fileno())) is not None:
                 kind = message[0]
+                if self._finished:  # a thread past the grace period: its count is stale
+                    continue
                 if kind == "log":
                     log.log(message[1], "%s", message[2])
                 elif kind == "run":
