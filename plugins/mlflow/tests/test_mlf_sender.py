@@ -220,14 +220,15 @@ def wait_ready(process: subprocess.Popen[bytes], out: Path) -> dict[str, Any]:
     return ready
 
 
+@pytest.mark.parametrize("early", [False, True], ids=["sending", "while-it-imports-mlflow"])
 def test_ctrl_c_reaching_the_sender_process_too_ends_the_run_killed_with_every_point(
-    tracking_uri: str, tmp_path: Path
+    tracking_uri: str, tmp_path: Path, early: bool
 ) -> None:
     out = tmp_path / "out"
-    process = start_training(tracking_uri, out)
+    process = start_training(tracking_uri, out, *(["--early"] if early else []))
     try:
         ready = wait_ready(process, out)
-        time.sleep(0.5)
+        time.sleep(0.05 if early else 0.5)
         # A Ctrl-C goes to the terminal's foreground process group (the sender process
         # has a group of its own); a batch system signals every process of a job.
         os.killpg(process.pid, signal.SIGINT)
@@ -244,9 +245,13 @@ def test_ctrl_c_reaching_the_sender_process_too_ends_the_run_killed_with_every_p
     closed = json.loads((out / "closed.json").read_text())
     wait_gone(ready["pid"], 10)
     client = MlflowClient(tracking_uri)
-    run = client.get_run(ready["run_id"])
+    experiment = client.get_experiment_by_name("monitored")
+    assert experiment is not None, output[-3000:]
+    [run] = client.search_runs([experiment.experiment_id])
+    if not early:
+        assert run.info.run_id == ready["run_id"]
     assert run.info.status == "KILLED", output[-3000:]
-    steps = [m.step for m in client.get_metric_history(ready["run_id"], "loss")]
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "loss")]
     assert steps == list(range(5, closed["step"] + 1, 5)), "every due step, flushed at the close"
     assert "dropped" not in output, output[-3000:]
 

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ._writer import (
+    IGNORED_SIGNALS,
     RUN_KEY_TAG,
     STEP_TAG,
     Record,
@@ -164,6 +165,11 @@ class Sender:
     # -- the shipping thread ----------------------------------------------------------------
     def _ship(self) -> None:
         try:
+            # Blocked in this thread, SIGINT and SIGTERM are blocked in the sender
+            # process from its first instruction on (the mask goes through fork and
+            # exec) until it ignores them: a Ctrl-C while it starts cannot kill it.
+            # The training process's handlers run as before (another thread gets them).
+            signal.pthread_sigmask(signal.SIG_BLOCK, IGNORED_SIGNALS)
             process = self._spawn()
             if process is None:
                 return

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
 
 __all__ = [
+    "IGNORED_SIGNALS",
     "MAX_FRAME_BYTES",
     "NICENESS",
     "ORPHAN_SECS",
@@ -81,6 +82,8 @@ STEP_TAG: Final = "monitored.last_step"
 #: MLflow's own tag for the source's git commit.
 GIT_COMMIT_TAG: Final = "mlflow.source.git.commit"
 
+#: Signals the process ignores: the training process handles them and closes the run.
+IGNORED_SIGNALS: Final = frozenset({signal.SIGINT, signal.SIGTERM})
 #: Seconds the process goes on sending once its training process is gone.
 ORPHAN_SECS: Final = 10.0
 #: The process's niceness, added to the training process's: where the cores are
@@ -593,8 +596,11 @@ def main() -> None:
     ``("run", ...)``, ``("counts", ...)`` and ``("log", level, text)`` frames,
     and ``("done", ended_as, sent, dropped, settled)`` last.
     """
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in IGNORED_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
+    # Blocked since the start (the training's thread that started this process
+    # blocked them): any that came meanwhile are discarded now, ignored.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, IGNORED_SIGNALS)
     if hasattr(os, "nice"):
         os.nice(NICENESS)  # lowering one's own priority is always allowed
     channel = _Channel(os.dup(1))

@@ -1,9 +1,9 @@
 """A training process for the sender-process tests: logs to MLflow until it is stopped.
 
-``python sender_train.py TRACKING_URI OUT_DIR [--fork]``: trains without end,
+``python sender_train.py TRACKING_URI OUT_DIR [--fork] [--early]``: trains without end,
 logging ``loss`` every 5 steps; once points reached MLflow it writes
-``OUT_DIR/ready.json`` (the sender process's pid, the run's id, the step). With
-``--fork`` it first forks a process that sleeps holding the pipe to the sender
+``OUT_DIR/ready.json`` (the sender process's pid, the run's id, the step); with
+``--early``, as soon as the sender process started. With ``--fork`` it first forks a process that sleeps holding the pipe to the sender
 process open (as a data loader's forked workers do). When its session closes
 (a Ctrl-C), it writes ``OUT_DIR/closed.json`` with the last step.
 """
@@ -25,6 +25,9 @@ from monitored_mlflow import MlflowHook
 
 URI, OUT = sys.argv[1], Path(sys.argv[2])
 FORK = "--fork" in sys.argv[3:]
+#: Ready as soon as the sender process started (still importing MLflow), not once
+#: points reached MLflow.
+EARLY = "--early" in sys.argv[3:]
 
 
 def step(state: TrainState) -> dict[str, object]:
@@ -53,7 +56,9 @@ async def main(hook: MlflowHook, session: MonitoredSession) -> None:
             await session.run(step)
             await anyio.sleep(0.002)
             sender = hook.sender
-            if not ready and sender is not None and sender.sent > 0:
+            started = sender is not None and sender.pid is not None
+            if not ready and started and (EARLY or sender.sent > 0):
+                assert sender is not None
                 sleeper = fork_a_sleeper() if FORK else None
                 write(
                     "ready",
