@@ -82,8 +82,10 @@ async def test_a_server_that_is_never_there_costs_training_nothing(
     caplog.set_level(logging.WARNING, "monitored.mlflow")
     hook = MlflowHook(nobody_listening, log_every_n_steps=1, retries=1, backoff_secs=0.05)
     started = time.perf_counter()
+    # The grace period covers the sender process's start (it imports MLflow); a
+    # refused connection fails at once, so the close does not wait for it.
     async with MonitoredSession(
-        TrainState(), hooks=[hook, StopAtStepHook(last_step=50)], stop_grace_period_secs=2
+        TrainState(), hooks=[hook, StopAtStepHook(last_step=50)], stop_grace_period_secs=30
     ) as sess:
         while not sess.should_stop():
             await sess.run(step)

@@ -6,7 +6,7 @@ on the chief logs one MLflow run: its parameters, the step's scalar outputs
 every ``log_every_n_steps``, what summary sinks receive (``global_step/sec``),
 evaluation results (``eval/*``), version and git tags, optionally checkpoints
 as artifacts, and how it ended (``FINISHED``, ``FAILED``, ``KILLED``). A resumed
-training continues the same run. Everything is sent from a background thread
+training continues the same run. Everything is sent from a process of its own
 with ``MlflowClient.log_batch``; a slow or absent server never stalls or stops
 training. Pass :class:`MlflowHook` in ``hooks=[...]`` to log a plain
 ``MonitoredSession``, or to choose its arguments in code.

@@ -8,8 +8,8 @@ in one transfer and appended to the sender's list; what summary sinks receive
 the Supervisor's summaries) and evaluation results (``after_evaluate``, prefixed
 ``eval/``) are appended when they come. A tag is logged once per step: one that
 reaches the hook again at the same step (a step output the summaries plugin also
-wrote) is not logged twice. A :class:`~monitored_mlflow._sender.Sender` thread
-sends them.
+wrote) is not logged twice. A :class:`~monitored_mlflow._sender.Sender` ships them
+to a process of its own, which sends them to MLflow.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ import numpy as np
 from monitored import PluginError, to_host
 
 from ._errors import MlflowConfigError
-from ._sender import MAX_PARAM_VALUE_LENGTH, Sender, SenderConfig
+from ._sender import Sender, SenderConfig
+from ._writer import MAX_PARAM_VALUE_LENGTH
 
 if TYPE_CHECKING:
     from monitored import Coordinator, MonitoredSession, SessionRunContext, SessionRunValues
@@ -94,8 +95,8 @@ class MlflowHook:
         backoff_secs: the wait before the first retry, doubled after each.
         max_pending: metric points kept while the server does not answer (the
             oldest are dropped past it).
-        flush_secs: the sender gathers points this long after each request, so
-            that one ``log_batch`` carries many steps.
+        flush_secs: what gathered is shipped to the sender process every this
+            many seconds (at least 0.05), so that one ``log_batch`` carries many steps.
     """
 
     #: Passed in ``hooks=[...]`` it owns the session's MLflow run: the installed
