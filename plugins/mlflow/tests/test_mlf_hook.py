@@ -282,6 +282,22 @@ async def test_an_explicit_hook_takes_the_capability_over_from_the_plugin(
     ]
 
 
+async def test_the_session_calls_the_hook_only_on_its_due_steps(tracking_uri: str) -> None:
+    mine = MlflowHook(tracking_uri, log_every_n_steps=4)
+    calls: list[int] = []
+    after_run = mine.after_run
+
+    def recording(run_context: Any, run_values: Any) -> None:
+        calls.append(run_context.session.state.global_step)
+        after_run(run_context, run_values)
+
+    mine.after_run = recording  # type: ignore[method-assign]
+    await train(tracking_uri, 10, hooks=[mine])
+    assert calls == [4, 8]  # skip_step_hooks: the steps in between call nothing of it
+    logged = history(tracking_uri, only_run(tracking_uri).info.run_id, "loss")
+    assert [s for s, _ in logged] == [4, 8, 10]  # and the last step, from `end`
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

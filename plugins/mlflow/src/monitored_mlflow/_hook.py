@@ -1,7 +1,8 @@
 """``MlflowHook``: one MLflow run per training, fed off the step loop.
 
-On a step that is not due the hook's ``after_run`` compares two integers and
-returns: nothing is fetched, converted, locked or awaited. On a due step (every
+On a step that is not due the session does not call the hook at all
+(``skip_step_hooks``), and a call that finds nothing due compares two integers
+and returns: nothing is fetched, converted, locked or awaited. On a due step (every
 ``log_every_n_steps`` global steps) the step's scalar outputs are copied to host
 in one transfer and appended to the sender's list; what summary sinks receive
 (``write_summaries``: the scalars the summaries plugin writes, ``global_step/sec``,
@@ -221,9 +222,12 @@ class MlflowHook:
 
     def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
         if not self._active:
+            session.skip_step_hooks(self, None)
             return
         step = session.state.global_step
         self._next_due = (step // self.log_every_n_steps + 1) * self.log_every_n_steps
+        # The steps before the next due one call nothing of this hook.
+        session.skip_step_hooks(self, self._next_due)
         if self._sender is not None:
             return  # re-created after an error: same run
         sender = self._sender = Sender(
@@ -251,6 +255,7 @@ class MlflowHook:
         if step < self._next_due:
             return
         self._next_due = (step // self.log_every_n_steps + 1) * self.log_every_n_steps
+        session.skip_step_hooks(self, self._next_due)
         self._log_outputs(step, session.last_outputs)
 
     def write_summaries(
