@@ -23,20 +23,20 @@ on an async ``MonitoredTrainingSession``). It shows the pieces working together:
 * with ``monitored-summaries``, loss, learning rate, a ``w1`` histogram and
   ``global_step/sec`` go to ``runs/demo`` and the evaluations to
   ``runs/demo/eval`` (``tensorboard --logdir runs/demo``);
-* with ``monitored-mlflow`` and ``--mlflow`` (or ``MLFLOW_TRACKING_URI`` set),
-  the run is logged to MLflow: parameters (the optimizer's settings among
-  them), loss, learning rate, gradient norm, ``global_step/sec`` and the
-  held-out evaluations, into ``MLFLOW_TRACKING_URI`` or else
-  ``<checkpoint-dir>/mlflow.db``; a resumed run continues the same MLflow run
-  (``mlflow ui --backend-store-uri sqlite:///runs/demo/mlflow.db``). Not by
-  default: importing MLflow and creating its database take longer than the
-  demo's training;
+* with ``monitored-mlflow``, the run is logged to MLflow: parameters (the
+  optimizer's settings among them), loss, learning rate, gradient norm,
+  ``global_step/sec`` and the held-out evaluations, into ``MLFLOW_TRACKING_URI``
+  or else ``<checkpoint-dir>/mlflow.db``; a resumed run continues the same
+  MLflow run (``mlflow ui --backend-store-uri sqlite:///runs/demo/mlflow.db``).
+  MLflow works in a process of its own, so training does not wait for it; the
+  end of the run does, for the last points (creating the database the first
+  time takes a few seconds). ``--no-mlflow`` leaves it out;
 * with ``monitored-nan-guard`` and ``monitored-progress`` installed (``uv run
   --all-packages`` installs the workspace), a NaN loss stops training with TF1's
   error and a progress bar shows on a terminal, without a line of code here.
 
 Run it with ``python examples/demo.py`` (``--steps``, ``--seed``, ``--checkpoint-dir``,
-``--mlflow``).
+``--no-mlflow``).
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def eval_metrics() -> dict[str, monitored.metrics.Metric]:
     }
 
 
-def mlflow_hook(checkpoint_dir: str) -> object:
+def mlflow_hook(checkpoint_dir: str) -> Any:
     """Log the run to MLflow: ``MLFLOW_TRACKING_URI``, else a database in ``checkpoint_dir``."""
     from monitored_mlflow import MlflowHook  # parameters, scalars, evaluations
 
@@ -163,7 +163,8 @@ async def train(
     The held-out set is evaluated every ``eval_every`` steps (after the checkpoint
     of that step, with a ``checkpoint_dir``) and once at the end; the early
     stopping hook, when installed, ends training once held-out accuracy stops
-    improving.
+    improving. ``mlflow`` logs the run to MLflow, when ``monitored-mlflow`` is
+    installed and there is a ``checkpoint_dir`` (the command line's default).
     """
     x_train, x_test, y_train, y_test = load_data(seed)
     state = monitored.TrainState(seed=seed)
@@ -188,12 +189,10 @@ async def train(
                 histograms=["w1"],
             )
         )
-    if (
-        checkpoint_dir is not None
-        and (mlflow or os.environ.get("MLFLOW_TRACKING_URI"))
-        and importlib.util.find_spec("monitored_mlflow")
-    ):
-        hooks.append(mlflow_hook(checkpoint_dir))
+    tracking: Any = None
+    if checkpoint_dir is not None and mlflow and importlib.util.find_spec("monitored_mlflow"):
+        tracking = mlflow_hook(checkpoint_dir)
+        hooks.append(tracking)
     # Shuffled batches of 32, made ahead by two threads and fed to train_step as
     # `batch`; their position is saved with each checkpoint (exact resume).
     hooks.append(
@@ -220,6 +219,9 @@ async def train(
         save_checkpoint_steps=eval_every,
         log_step_count_steps=500,
     )
+    if tracking is not None:
+        uri = tracking.tracking_uri
+        print(f"logged to MLflow run {tracking.run_id} (mlflow ui --backend-store-uri {uri})")
     metrics = result.metrics
     print(
         f"held-out accuracy after {result.global_step} steps: {metrics['accuracy']:.3f} "
@@ -240,9 +242,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--mlflow",
-        action="store_true",
-        help="log the run to MLflow (MLFLOW_TRACKING_URI, else <checkpoint-dir>/mlflow.db; "
-        "needs the monitored-mlflow plugin)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="log the run to MLflow when monitored-mlflow is installed (MLFLOW_TRACKING_URI, "
+        "else <checkpoint-dir>/mlflow.db); --no-mlflow leaves it out",
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
