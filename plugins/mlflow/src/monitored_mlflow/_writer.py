@@ -51,9 +51,9 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
 
 __all__ = [
+    "HTTP_DEFAULTS",
     "IGNORED_SIGNALS",
     "MAX_FRAME_BYTES",
-    "HTTP_DEFAULTS",
     "NICENESS",
     "ORPHAN_SECS",
     "RUN_KEY_TAG",

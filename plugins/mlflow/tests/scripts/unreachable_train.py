@@ -13,6 +13,7 @@ import json
 import logging
 import sys
 import time
+from pathlib import Path
 
 import anyio
 import numpy as np
@@ -41,7 +42,7 @@ def step(state: TrainState) -> dict[str, object]:
     return {"loss": np.float32(1.0 / state.global_step)}
 
 
-async def main() -> None:
+async def main() -> dict[str, object]:
     first = FirstWarning()
     logging.getLogger("monitored.mlflow").addHandler(first)
     started = time.monotonic()
@@ -56,18 +57,14 @@ async def main() -> None:
             await anyio.sleep(0.01)
         trained = time.monotonic()
     closed = time.monotonic()
-    with open(OUT, "w") as out:
-        json.dump(
-            {
-                "first_warning": first.at,
-                "trained": trained,
-                "closed": closed,
-                "step": session.state.global_step,
-            },
-            out,
-        )
+    return {
+        "first_warning": first.at,
+        "trained": trained,
+        "closed": closed,
+        "step": session.state.global_step,
+    }
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    anyio.run(main)
+    Path(OUT).write_text(json.dumps(anyio.run(main)))
