@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,10 @@ async def test_a_run_records_params_scalars_rates_evaluations_tags_and_finishes(
     params = run.data.params
     assert params["model.hidden"] == "64"
     assert params["plugin.mlflow.log_every_n_steps"] == "10"
+    assert {key for key in params if key.startswith("plugin.")} == {
+        "plugin.mlflow.tracking_uri",
+        "plugin.mlflow.log_every_n_steps",
+    }, "options at their defaults are not logged, nor params and tags as options"
     assert params["config.log_step_count_steps"] == "5"
     tags = run.data.tags
     assert tags["team"] == "a"
@@ -401,3 +406,62 @@ async def test_a_resumed_run_logs_what_steps_record_without_duplicate_points(
     ]  # fmt: skip
     steps = [s for s, _ in history(tracking_uri, run.info.run_id, "loss")]
     assert steps == sorted({*range(1, 40, 5), *range(5, 41, 5)}), "each step once"
+
+
+@pytest.mark.parametrize("last_step", [251, 252, 301, 1244, 1301])
+async def test_the_last_step_is_logged_whatever_the_step_count(
+    tracking_uri: str, tmp_path: Path, last_step: int
+) -> None:
+    # The new user's setting: checkpoints every 100 steps, scalars every 50.
+    async with MonitoredTrainingSession(
+        TrainState({"w": np.zeros(2, np.float32)}),
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        save_checkpoint_steps=100,
+        hooks=[StopAtStepHook(last_step=last_step)],
+        plugin_options={"mlflow": {"tracking_uri": tracking_uri, "log_every_n_steps": 50}},
+        stop_grace_period_secs=60,
+    ) as sess:
+        while not sess.should_stop():
+            await sess.run(step)
+    run = only_run(tracking_uri)
+    expected = [*range(50, last_step + 1, 50)]
+    if last_step % 50:
+        expected.append(last_step)
+    assert [s for s, _ in history(tracking_uri, run.info.run_id, "loss")] == expected
+    assert run.data.tags[STEP_TAG] == str(last_step)
+
+
+async def test_the_run_starts_when_the_session_started_not_when_the_sender_created_it(
+    tracking_uri: str,
+) -> None:
+    before = int(time.time() * 1000)
+    async with MonitoredTrainingSession(
+        TrainState({"w": np.zeros(2, np.float32)}),
+        hooks=[StopAtStepHook(last_step=20)],
+        plugin_options={"mlflow": {"tracking_uri": tracking_uri, "log_every_n_steps": 10}},
+        stop_grace_period_secs=60,
+    ) as sess:
+        entered = int(time.time() * 1000)
+        while not sess.should_stop():
+            await sess.run(step)
+            await anyio.sleep(0.05)  # a second of training
+    run = only_run(tracking_uri)
+    assert before <= run.info.start_time <= entered
+    assert run.info.end_time - run.info.start_time >= 1000, "20 steps of 50 ms at least"
+
+
+async def test_code_plugin_options_win_over_the_environments_and_only_changed_ones_are_params(
+    tracking_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "MONITORED_PLUGIN_OPTIONS",
+        "mlflow.run_name=fromenv;mlflow.experiment=envexp;nan_guard.max_rollbacks=5",
+    )
+    await train(tracking_uri, 5, options={"run_name": "fromcode"})
+    run = only_run(tracking_uri, "envexp")
+    assert run.info.run_name == "fromcode", "the code's option wins"
+    params = run.data.params
+    assert params["plugin.mlflow.run_name"] == "fromcode"
+    assert params["plugin.mlflow.experiment"] == "envexp", "the environment's, where code is silent"
+    assert params["plugin.nan_guard.max_rollbacks"] == "5", "another plugin's changed option"
+    assert "plugin.nan_guard.on_nan" not in params, "a default"

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -14,6 +20,8 @@ from mlflow import MlflowClient
 
 from monitored import MonitoredSession, StopAtStepHook, TrainState
 from monitored_mlflow import MlflowHook
+
+SCRIPT = Path(__file__).parent / "scripts" / "unreachable_train.py"
 
 
 def step(state: TrainState) -> dict[str, Any]:
@@ -96,3 +104,35 @@ async def test_a_server_that_is_never_there_costs_training_nothing(
     assert hook.sender.dropped >= 50, "every point, counted"
     messages = [r.getMessage() for r in caplog.records if r.name == "monitored.mlflow"]
     assert any("could not create the MLflow run" in m for m in messages), messages
+
+
+def test_a_script_logging_to_nobody_warns_early_and_closes_without_the_grace_period(
+    nobody_listening: str, tmp_path: Path
+) -> None:
+    # As a new user runs it: MLflow's HTTP settings left to the plugin, the
+    # session's default grace period (120 s).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_HTTP_")}
+    env["MLFLOW_TRACKING_URI"] = nobody_listening
+    out = tmp_path / "times.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(out)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    times = json.loads(out.read_text())
+    log = done.stderr
+    assert times["first_warning"] is not None, log[-3000:]
+    assert times["first_warning"] < times["trained"], "warned while training went on"
+    assert re.search(
+        rf"tracking server {re.escape(nobody_listening)} does not answer .*training goes on", log
+    ), log[-3000:]
+    assert times["closed"] - times["trained"] <= 15, (times, log[-3000:])
+    dropped = re.search(r"never created on \S+: (\d+) items dropped in all", log)
+    assert dropped is not None, log[-3000:]
+    assert int(dropped.group(1)) >= times["step"], "every point, counted"
+    assert "Retrying" not in log, "MLflow's own retries are off unless the user sets them"

@@ -19,6 +19,7 @@ import asyncio
 import importlib.metadata
 import math
 import os
+import time
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Final
@@ -34,7 +35,13 @@ from ._sender import Sender, SenderConfig
 from ._writer import MAX_PARAM_VALUE_LENGTH
 
 if TYPE_CHECKING:
-    from monitored import Coordinator, MonitoredSession, SessionRunContext, SessionRunValues
+    from monitored import (
+        Coordinator,
+        MonitoredSession,
+        PluginInfo,
+        SessionRunContext,
+        SessionRunValues,
+    )
 
 __all__ = ["DEFAULT_EXPERIMENT", "LOG_CHECKPOINTS", "MlflowHook", "run_status"]
 
@@ -44,6 +51,8 @@ DEFAULT_EXPERIMENT: Final = "monitored"
 LOG_CHECKPOINTS: Final = (None, "best", "all")
 
 _NUMERIC_KINDS: Final = frozenset("fiu")
+#: Plugin options whose contents are logged as parameters or tags of their own.
+_LOGGED_AS_THEMSELVES: Final = {"mlflow": ("params", "tags"), "summaries": ("hparams",)}
 
 
 def run_status(error: BaseException | None) -> str:
@@ -184,6 +193,8 @@ class MlflowHook:
         self._logged_step = -1
         self._logged: set[str] = set()
         self._active = False
+        #: When the session began (ms since the epoch): the new run's start time.
+        self._started_ms: int | None = None
 
     @property
     def sender(self) -> Sender | None:
@@ -202,6 +213,7 @@ class MlflowHook:
         # Workers of a cluster log nothing (the chief logs the run).
         self._active = session.is_chief
         self._next_due = 1 << 62 if not self._active else 0
+        self._started_ms = int(time.time() * 1000)
 
     def load_plugin_state(self, session: MonitoredSession, state: Mapping[str, Any]) -> None:
         run_id, run_key = state.get("run_id"), state.get("run_key")
@@ -243,6 +255,7 @@ class MlflowHook:
                 max_pending=self.max_pending,
                 flush_secs=self.flush_secs,
                 tags={**_version_tags(session), **self.tags},
+                start_time_ms=self._started_ms,
             )
         )
         sender.add_params({**session_params(session), **self.params})
@@ -383,8 +396,9 @@ def optimizer_params(optimizer: object) -> dict[str, str]:
 
 
 def session_params(session: MonitoredSession) -> dict[str, str]:
-    """Parameters a session knows: the training configuration, every plugin's options,
-    and hyper-parameters given to the summaries plugin (its HParams) or a hook."""
+    """Parameters a session knows: the training configuration, the plugin options set
+    to other than their defaults, and hyper-parameters given to the summaries plugin
+    (its HParams) or a hook."""
     params: dict[str, Any] = {}
     config = session.training_config
     if config is not None:
@@ -402,14 +416,37 @@ def session_params(session: MonitoredSession) -> dict[str, str]:
             options = session.options_for(info.name)
         except PluginError:
             options = {}
-        if options:
-            params[f"plugin.{info.name}"] = dict(options)
+        changed = _changed_options(info, options)
+        if changed:
+            params[f"plugin.{info.name}"] = changed
         if info.name == "summaries" and isinstance(options.get("hparams"), Mapping):
             params.update(options["hparams"])
         hparams = getattr(info.plugin, "hparams", None)  # a SummarySaverHook's HParams
         if isinstance(hparams, Mapping):
             params.update(hparams)
     return _flatten("session parameters", params)
+
+
+def _changed_options(info: PluginInfo, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of ``info``'s plugin that differ from its declared defaults.
+
+    A default is implied by the plugin's version (a tag of the run); a parameter
+    for each would bury the settings someone chose. Options that are logged as
+    themselves (the ``mlflow`` plugin's ``params`` and ``tags``, the summaries
+    plugin's ``hparams``) are not logged again as options.
+    """
+    declare = getattr(info.plugin, "declare_options", None)
+    defaults: dict[str, Any] = {}
+    if callable(declare):
+        for option in declare() or ():
+            default = option.default
+            defaults[option.name] = list(default) if isinstance(default, tuple) else default
+    own = _LOGGED_AS_THEMSELVES.get(info.name, ())
+    return {
+        key: value
+        for key, value in options.items()
+        if key not in own and (key not in defaults or value != defaults[key])
+    }
 
 
 def _version_tags(session: MonitoredSession) -> dict[str, str]:

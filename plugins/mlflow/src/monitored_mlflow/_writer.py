@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
 
 __all__ = [
+    "HTTP_DEFAULTS",
     "IGNORED_SIGNALS",
     "MAX_FRAME_BYTES",
     "NICENESS",
@@ -89,6 +90,10 @@ ORPHAN_SECS: Final = 10.0
 #: The process's niceness, added to the training process's: where the cores are
 #: busy (data loaders, other jobs), training gets them first.
 NICENESS: Final = 10
+#: MLflow's HTTP client settings this process uses unless the user set them:
+#: MLflow's own defaults retry a refused connection for minutes inside one
+#: request, during which nothing is said; the writer retries with backoff itself.
+HTTP_DEFAULTS: Final = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
 #: How often the process checks that its training process is still there.
 PARENT_CHECK_SECS: Final = 1.0
 #: The largest frame either side reads (the training process ships at most
@@ -117,6 +122,9 @@ class SenderConfig:
     max_pending: int = 100_000
     flush_secs: float = 1.0
     tags: Mapping[str, str] = field(default_factory=dict)
+    #: When the session started (ms since the epoch): a new run's ``start_time``,
+    #: not the moment this process got to create it.
+    start_time_ms: int | None = None
 
 
 class ProtocolError(Exception):
@@ -178,7 +186,10 @@ class RunWriter:
         self._done = threading.Event()
         #: Set by :meth:`close`: the backoff between retries is cut short once.
         self._wake = threading.Event()
+        #: A streak of failures ended in a drop: at the close, one try each, no retries.
         self._failing = False
+        #: The first failure of a streak was warned about (as soon as it came).
+        self._warned = False
         #: Set when the thread stopped on an error: later items are dropped at once.
         self._stopped = False
         #: Metric points, parameters, tags and artifacts dropped (sent to nobody).
@@ -370,6 +381,12 @@ class RunWriter:
             pause = min(pause * 2, 30.0)
         if run_id is None:
             self._drop_pending()
+            log.warning(
+                "monitored-mlflow: closing, and the run was never created on %s: %d items "
+                "dropped in all; the run is left uncreated",
+                self._where(),
+                self.dropped,
+            )
             return None
         self.run_id = run_id
         return client
@@ -393,7 +410,12 @@ class RunWriter:
             run = found[0] if found else None
         if run is None:
             tags = {**config.tags, RUN_KEY_TAG: config.run_key, **_git_tags()}
-            run = client.create_run(experiment_id, tags=tags, run_name=config.run_name)
+            run = client.create_run(
+                experiment_id,
+                start_time=config.start_time_ms,
+                tags=tags,
+                run_name=config.run_name,
+            )
             return str(run.info.run_id)
         run_id = str(run.info.run_id)
         # Resumed: points up to the last step sent are there already, and parameters
@@ -498,7 +520,9 @@ class RunWriter:
         """``call()`` with retries and backoff; ``None`` (and ``count`` dropped) if all fail."""
         delay = self.config.backoff_secs
         error: Exception | None = None
-        for attempt in range(self.config.retries + 1):
+        # Closing, a server that has been failing gets one more try, not the grace period.
+        tries = 1 if self._failing and self._wake.is_set() else self.config.retries + 1
+        for attempt in range(tries):
             if attempt:
                 wait = min(delay, self._deadline - time.monotonic())
                 if wait <= 0:
@@ -515,9 +539,18 @@ class RunWriter:
                     error = exc
                     break
                 error = exc
+                if not self._warned and not self._failing:
+                    self._warned = True
+                    log.warning(
+                        "monitored-mlflow: the tracking server %s does not answer (%s); "
+                        "training goes on: the plugin retries in the background, and drops "
+                        "and counts what it cannot send",
+                        self._where(),
+                        _describe(exc),
+                    )
                 continue
-            if self._failing:
-                self._failing = False
+            if self._failing or self._warned:
+                self._failing = self._warned = False
                 log.warning("monitored-mlflow: the tracking server %s answers again", self._where())
             return True if result is None else result
         with self._cond:
@@ -533,6 +566,7 @@ class RunWriter:
                 self.dropped,
             )
         self._failing = not _is_refusal(error)
+        self._warned = self._failing
         return None
 
     def _where(self) -> str:
@@ -601,6 +635,8 @@ def main() -> None:
     # Blocked since the start (the training's thread that started this process
     # blocked them): any that came meanwhile are discarded now, ignored.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, IGNORED_SIGNALS)
+    for name, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(name, value)  # before MLflow reads them
     if hasattr(os, "nice"):
         os.nice(NICENESS)  # lowering one's own priority is always allowed
     channel = _Channel(os.dup(1))
