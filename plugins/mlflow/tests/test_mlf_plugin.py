@@ -69,12 +69,13 @@ async def test_the_loaded_plugins_line_says_where_it_logs_or_how_to_switch_it_on
         ("http://host:5000", "http://host:5000"),
         ("sqlite:///runs/mlflow.db", "sqlite:///runs/mlflow.db"),
         (None, "MLflow's default store"),
+        ("http://host:notaport", "http://host:notaport"),
     ],
 )
 def test_a_password_in_the_tracking_uri_never_reaches_the_log(uri: str | None, shown: str) -> None:
-    from monitored_mlflow._plugin import _without_password
+    from monitored_mlflow._uri import without_password
 
-    assert _without_password(uri) == shown
+    assert without_password(uri) == shown
 
 
 async def test_mlflow_tracking_uri_in_the_environment_turns_it_on(
@@ -178,3 +179,22 @@ def test_an_idle_plugin_never_imports_mlflow(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
     assert os.listdir(tmp_path) == []
+
+
+def test_a_password_in_a_changed_option_never_reaches_the_runs_params() -> None:
+    from types import SimpleNamespace
+
+    import monitored
+    from monitored_mlflow._hook import _changed_options
+
+    class Tracker:
+        @staticmethod
+        def declare_options() -> list[monitored.Option]:
+            return [monitored.Option("tracking_uri", ""), monitored.Option("retries", 3)]
+
+    info = SimpleNamespace(name="tracker", plugin=Tracker())
+    changed = _changed_options(
+        info,  # type: ignore[arg-type]
+        {"tracking_uri": "https://bob:hunter2@mlflow.example:443", "retries": 3},
+    )
+    assert changed == {"tracking_uri": "https://bob:***@mlflow.example:443"}

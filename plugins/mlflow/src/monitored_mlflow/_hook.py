@@ -32,6 +32,7 @@ from monitored import PluginError, to_host
 
 from ._errors import MlflowConfigError
 from ._sender import Sender, SenderConfig
+from ._uri import without_password
 from ._writer import MAX_PARAM_VALUE_LENGTH
 
 if TYPE_CHECKING:
@@ -433,7 +434,8 @@ def _changed_options(info: PluginInfo, options: Mapping[str, Any]) -> dict[str, 
     A default is implied by the plugin's version (a tag of the run); a parameter
     for each would bury the settings someone chose. Options that are logged as
     themselves (the ``mlflow`` plugin's ``params`` and ``tags``, the summaries
-    plugin's ``hparams``) are not logged again as options.
+    plugin's ``hparams``) are not logged again as options, and a password in a
+    URL (a ``tracking_uri``) is not logged at all.
     """
     declare = getattr(info.plugin, "declare_options", None)
     defaults: dict[str, Any] = {}
@@ -443,7 +445,7 @@ def _changed_options(info: PluginInfo, options: Mapping[str, Any]) -> dict[str, 
             defaults[option.name] = list(default) if isinstance(default, tuple) else default
     own = _LOGGED_AS_THEMSELVES.get(info.name, ())
     return {
-        key: value
+        key: without_password(value) if isinstance(value, str) else value
         for key, value in options.items()
         if key not in own and (key not in defaults or value != defaults[key])
     }

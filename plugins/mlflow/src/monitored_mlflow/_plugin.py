@@ -17,13 +17,13 @@ results, ``eval/*``, through ``after_evaluate``). It provides ``"mlflow"``: an
 from __future__ import annotations
 
 import os
-import urllib.parse
 from typing import TYPE_CHECKING, Any, Final
 
 import monitored
 
 from ._errors import MlflowConfigError
 from ._hook import LOG_CHECKPOINTS, MlflowHook
+from ._uri import without_password
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -104,20 +104,9 @@ def plugin_status(session: MonitoredSession) -> str:
     """For the "Loaded plugins" line: where this session logs, or how to switch it on."""
     for info in session.plugins:
         if isinstance(info.plugin, MlflowHook):
-            return f"logging to {_without_password(info.plugin.tracking_uri)}"
+            return f"logging to {without_password(info.plugin.tracking_uri)}"
     if not session.is_chief:
         return "inactive: only the chief logs"
     if session.training_config is None:
         return "inactive: a MonitoredSession takes no plugin hooks (pass an MlflowHook in hooks=)"
     return "off: set MLFLOW_TRACKING_URI (or the option mlflow.tracking_uri) to log"
-
-
-def _without_password(uri: str | None) -> str:
-    """``uri`` fit for a log line: a password in it is replaced by ``***``."""
-    if uri is None:
-        return "MLflow's default store"
-    parts = urllib.parse.urlsplit(uri)
-    if parts.password is None:
-        return uri
-    host = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
