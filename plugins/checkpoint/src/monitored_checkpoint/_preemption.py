@@ -20,7 +20,8 @@ an anyio worker thread started but never told to stop (the interpreter then
 waits for it forever at exit), a future never resolved (the main task waits
 forever) or a cancel scope half updated. So the abort is raised where the
 main thread is when the signal comes only if that is the user's code (a step,
-a hook) or the event loop waiting in ``select``; anywhere else it is deferred
+a hook) or the event loop waiting in ``select``; anywhere else (an installed
+package, tensorboardX say, that the library called) it is deferred
 to the first such point, which a helper thread finds by interrupting the main
 thread every millisecond (with ``SIGURG``, ignored by default, so that a late
 one is harmless) until the abort is raised, at most :data:`ABORT_WITHIN_SECS`.
@@ -71,6 +72,8 @@ _KICK_SIGNAL: Final = getattr(signal, "SIGURG", None)
 #: Top-level packages whose code a ``KeyboardInterrupt`` must not land in: the
 #: event loop, anyio, and this library (the core and its plugins).
 _MACHINERY: Final = frozenset({"asyncio", "anyio", "sniffio", "trio", "outcome", "monitored"})
+#: The directories installed packages live in (a user's script lives elsewhere).
+_INSTALLED_DIRS: Final = ("site-packages", "dist-packages")
 #: Modules of the ``Runner`` classes whose SIGINT handler only cancels the main task:
 #: asyncio's, and anyio's copy of it for Pythons before 3.11.
 _RUNNERS: Final = frozenset({"asyncio.runners", "anyio._backends._asyncio"})
@@ -85,9 +88,21 @@ _original: dict[signal.Signals, Handler] = {}
 
 
 def _dispatch(signum: int, frame: FrameType | None) -> None:
-    for watcher in list(_active):
-        if signum in watcher._signals:
-            watcher._handle(signum, frame)
+    """Hand the signal to every watcher of it; the notice is written once per signal.
+
+    A sweep runs several sessions (and their evaluation sessions) at once: one
+    Ctrl-C is one line on stderr, not one per session.
+    """
+    listening = [watcher for watcher in _active if signum in watcher._signals]
+    fresh = [watcher for watcher in listening if watcher.received is None]
+    for watcher in fresh:
+        watcher.received = signal.Signals(signum)
+    if fresh:
+        _announce(signal.Signals(signum), any(signal.SIGINT in w._signals for w in fresh))
+    for watcher in listening:
+        if watcher not in fresh:
+            watcher._handle_again(signum, frame)
+            return
 
 
 @final
@@ -141,15 +156,8 @@ class SignalWatcher:
             if signal.getsignal(sig) is _dispatch:  # unless replaced since
                 signal.signal(sig, signal.SIG_DFL if previous is None else previous)
 
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.received is None:
-            self.received = signal.Signals(signum)
-            _say(
-                f"monitored-checkpoint: {self.received.name} received; finishing the current "
-                "step, saving a checkpoint and stopping"
-                + (" (Ctrl-C again to abort)" if signal.SIGINT in self._signals else "")
-            )
-            return
+    def _handle_again(self, signum: int, frame: FrameType | None) -> None:
+        """A signal after the first: a SIGINT aborts, a SIGTERM is ignored."""
         if signum == signal.SIGINT:
             previous = _original.get(signal.SIGINT)
             self.uninstall()
@@ -160,6 +168,15 @@ class SignalWatcher:
             _say("monitored-checkpoint: SIGINT again: aborting")
             _abort(frame)
         # A repeated SIGTERM: the save it asks for is under way already.
+
+
+def _announce(received: signal.Signals, abortable: bool) -> None:
+    """Say that ``received`` asks the sessions to save and stop (and how to abort)."""
+    _say(
+        f"monitored-checkpoint: {received.name} received; finishing the current "
+        "step, saving a checkpoint and stopping"
+        + (" (Ctrl-C again to abort)" if abortable else "")
+    )
 
 
 def _say(line: str) -> None:
@@ -204,9 +221,12 @@ def _abort_within() -> float:
 def _interruptible(frame: FrameType | None) -> bool:
     """Whether the main thread, running ``frame``, may take a ``KeyboardInterrupt`` there.
 
-    Yes in the user's code (the innermost frame outside the standard library is
-    not the machinery's) and in the event loop waiting for I/O; no inside the
-    event loop, anyio or this library, whose state it could leave half updated.
+    Yes in the user's code (the innermost frame outside the standard library and
+    the installed packages is not the machinery's) and in the event loop waiting
+    for I/O; no inside the event loop, anyio or this library, whose state it
+    could leave half updated, nor in a package that one of them called (a
+    summary writer half made in tensorboardX's code). A package the user's code
+    called (numpy in a step) is the user's: the user's frame comes first.
     """
     if frame is None or _idle_in_select(frame):
         return True
@@ -215,10 +235,16 @@ def _interruptible(frame: FrameType | None) -> bool:
         top = str(current.f_globals.get("__name__", "")).partition(".")[0]
         if top in _MACHINERY or top.startswith("monitored_"):
             return False
-        if top not in sys.stdlib_module_names:
+        if top not in sys.stdlib_module_names and not _installed(current):
             return True
         current = current.f_back
     return True
+
+
+def _installed(frame: FrameType) -> bool:
+    """Whether ``frame`` runs an installed package's code (from ``site-packages``)."""
+    filename = frame.f_code.co_filename
+    return any(f"{os.sep}{where}{os.sep}" in filename for where in _INSTALLED_DIRS)
 
 
 def _idle_in_select(frame: FrameType) -> bool:
