@@ -253,6 +253,77 @@ def test_a_second_sigint_held_inside_the_machinery_is_raised_there_after_a_bound
     assert 0.2 <= time.monotonic() - started < 5
 
 
+#: An installed package's code (tensorboardX, say) that the machinery calls: it
+#: sends the second SIGINT while running.
+PACKAGE = """
+import os, signal, time
+
+def busy_after_sigint(seconds, done):
+    os.kill(os.getpid(), signal.SIGINT)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pass
+    done.append("package")
+"""
+
+CALLER = """
+def calls(fn, *args):
+    fn(*args)
+    args[-1].append("machinery")
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGURG"), reason="needs SIGURG")
+def test_a_second_sigint_in_a_package_the_machinery_called_is_raised_once_out_of_both() -> None:
+    package: dict[str, Any] = {"__name__": "somepackage.io"}
+    filename = os.path.join(os.sep, "venv", "lib", "site-packages", "somepackage", "io.py")
+    exec(compile(PACKAGE, filename, "exec"), package)
+    caller: dict[str, Any] = {"__name__": "monitored_summaries._under_test"}
+    exec(compile(CALLER, "<monitored_summaries>", "exec"), caller)
+    done: list[str] = []
+    watcher = SignalWatcher()
+    assert watcher.install()
+    try:
+        signal.raise_signal(signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt) as caught:
+            caller["calls"](package["busy_after_sigint"], 0.2, done)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                time.sleep(0.001)
+    finally:
+        watcher.uninstall()
+    assert done == ["package", "machinery"], "raised inside the package or its caller"
+    assert caught.traceback[-2].frame.code.name == (
+        "test_a_second_sigint_in_a_package_the_machinery_called_is_raised_once_out_of_both"
+    )
+
+
+def test_one_signal_is_one_notice_however_many_sessions_listen(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # A sweep: four trials, each with a training and an evaluation session.
+    watchers = [SignalWatcher() for _ in range(8)]
+    for watcher in watchers:
+        assert watcher.install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert {watcher.received for watcher in watchers} == {signal.SIGTERM}
+        os.kill(os.getpid(), signal.SIGTERM)  # a repeated SIGTERM: nothing more to say
+        late = SignalWatcher()  # a session that starts after the signal hears the next one
+        assert late.install()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert late.received == signal.SIGTERM
+        late.uninstall()
+    finally:
+        for watcher in watchers:
+            watcher.uninstall()
+    notices = [line for line in capfd.readouterr().err.splitlines() if "received" in line]
+    assert notices == [
+        "monitored-checkpoint: SIGTERM received; finishing the current step, saving a "
+        "checkpoint and stopping (Ctrl-C again to abort)"
+    ] * 2
+
+
 def test_watcher_second_sigint_goes_to_the_handler_that_was_there_before() -> None:
     # Jupyter's kernel cancels the running cell from its own SIGINT handler; a
     # KeyboardInterrupt raised inside the kernel's event loop would hang it instead.
