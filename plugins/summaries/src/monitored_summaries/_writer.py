@@ -138,6 +138,10 @@ class FileWriter:
         self._quiet = False
         #: When the writer's thread last finished an item (``time.monotonic``).
         self._progress = time.monotonic()
+        #: Who closes the files of a writer whose start was interrupted: the thread
+        #: once it runs, the constructor while it does not (both under ``_lock``).
+        self._running = False
+        self._abandoned = False
         self._thread = threading.Thread(
             target=self._work, name=f"summary-writer {self.path}", daemon=True
         )
@@ -146,11 +150,16 @@ class FileWriter:
             self._thread.start()
         except BaseException:
             # A KeyboardInterrupt while the thread starts: nobody gets this writer, so
-            # its thread (if it did start) is told to close the file and end. The
-            # file's header is on disk already: what is left is a readable event file.
+            # it is closed here, or by its thread if that runs already. The file's
+            # header is on disk: what is left is a readable event file.
             _LIVE.discard(self)
-            self._closed = True
-            self._queue.put_nowait(_CLOSE)
+            with self._lock:
+                self._closed = self._abandoned = True
+                running = self._running
+            if running:
+                self._queue.put_nowait(_CLOSE)
+            else:
+                self._close_files()
             raise
 
     def _stage(self, staging: str) -> None:
@@ -308,6 +317,10 @@ class FileWriter:
 
     # -- the writer's thread ----------------------------------------------------------------------
     def _work(self) -> None:
+        with self._lock:
+            if self._abandoned:
+                return
+            self._running = True
         next_flush = time.monotonic() + self._flush_secs
         pending = False
         while True:
