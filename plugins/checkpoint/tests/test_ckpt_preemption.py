@@ -318,10 +318,11 @@ def test_one_signal_is_one_notice_however_many_sessions_listen(
         for watcher in watchers:
             watcher.uninstall()
     notices = [line for line in capfd.readouterr().err.splitlines() if "received" in line]
-    assert notices == [
+    notice = (
         "monitored-checkpoint: SIGTERM received; finishing the current step, saving a "
         "checkpoint and stopping (Ctrl-C again to abort)"
-    ] * 2
+    )
+    assert notices == [notice, notice]
 
 
 def test_watcher_second_sigint_goes_to_the_handler_that_was_there_before() -> None:

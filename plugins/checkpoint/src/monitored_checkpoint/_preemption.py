@@ -172,10 +172,10 @@ class SignalWatcher:
 
 def _announce(received: signal.Signals, abortable: bool) -> None:
     """Say that ``received`` asks the sessions to save and stop (and how to abort)."""
+    how = " (Ctrl-C again to abort)" if abortable else ""
     _say(
         f"monitored-checkpoint: {received.name} received; finishing the current "
-        "step, saving a checkpoint and stopping"
-        + (" (Ctrl-C again to abort)" if abortable else "")
+        f"step, saving a checkpoint and stopping{how}"
     )
 
 
