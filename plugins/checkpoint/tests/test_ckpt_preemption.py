@@ -309,7 +309,7 @@ def test_one_signal_is_one_notice_however_many_sessions_listen(
         os.kill(os.getpid(), signal.SIGTERM)
         assert {watcher.received for watcher in watchers} == {signal.SIGTERM}
         os.kill(os.getpid(), signal.SIGTERM)  # a repeated SIGTERM: nothing more to say
-        late = SignalWatcher()  # a session that starts after the signal hears the next one
+        late = SignalWatcher()  # a session that started since: it stops too, unannounced
         assert late.install()
         os.kill(os.getpid(), signal.SIGTERM)
         assert late.received == signal.SIGTERM
@@ -318,11 +318,25 @@ def test_one_signal_is_one_notice_however_many_sessions_listen(
         for watcher in watchers:
             watcher.uninstall()
     notices = [line for line in capfd.readouterr().err.splitlines() if "received" in line]
-    notice = (
+    assert notices == [
         "monitored-checkpoint: SIGTERM received; finishing the current step, saving a "
         "checkpoint and stopping (Ctrl-C again to abort)"
-    )
-    assert notices == [notice, notice]
+    ]
+
+
+def test_a_second_sigint_aborts_even_when_a_session_started_since_the_first() -> None:
+    before = signal.getsignal(signal.SIGINT)
+    first, late = SignalWatcher(), SignalWatcher()
+    assert first.install()
+    try:
+        signal.raise_signal(signal.SIGINT)
+        assert late.install()  # an evaluation session, say, begun after the first Ctrl-C
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    finally:
+        first.uninstall()
+        late.uninstall()
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 def test_watcher_second_sigint_goes_to_the_handler_that_was_there_before() -> None:

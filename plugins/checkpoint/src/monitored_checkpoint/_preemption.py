@@ -94,15 +94,14 @@ def _dispatch(signum: int, frame: FrameType | None) -> None:
     Ctrl-C is one line on stderr, not one per session.
     """
     listening = [watcher for watcher in _active if signum in watcher._signals]
+    heard = [watcher for watcher in listening if watcher.received is not None]
     fresh = [watcher for watcher in listening if watcher.received is None]
     for watcher in fresh:
         watcher.received = signal.Signals(signum)
-    if fresh:
+    if heard:  # a session that started since the first signal stops too, unannounced
+        heard[0]._handle_again(signum, frame)
+    elif fresh:
         _announce(signal.Signals(signum), any(signal.SIGINT in w._signals for w in fresh))
-    for watcher in listening:
-        if watcher not in fresh:
-            watcher._handle_again(signum, frame)
-            return
 
 
 @final
