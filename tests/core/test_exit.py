@@ -24,7 +24,7 @@ CHILD = textwrap.dedent(
     import asyncio, sys
     import anyio
     if sys.argv[1] == "monitored":
-        import monitored._core._session  # what a session's program imports
+        import monitored
 
     def first():
         raise KeyboardInterrupt("first")

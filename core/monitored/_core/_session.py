@@ -37,7 +37,6 @@ from ._errors import (
     UnavailableError,
     install_hint,
 )
-from ._exit import install as install_exit_hook
 from ._fetch import Fetcher, fetch_many
 from ._options import resolve_options
 from ._plugins import (
@@ -68,10 +67,6 @@ if TYPE_CHECKING:
 __all__ = ["MonitoredSession", "RawSession", "SingularMonitoredSession", "StepContext"]
 
 log = logging.getLogger("monitored")
-
-# anyio worker threads of a loop that a KeyboardInterrupt closed early must not hold
-# up the exit (see _exit).
-install_exit_hook()
 
 #: How often a step loop whose steps never wait gives the event loop a turn, so
 #: background tasks run and cancel scopes around the loop take effect.
