@@ -559,6 +559,75 @@ def test_under_anyio_or_asyncio_run_a_second_sigint_aborts_a_long_synchronous_st
     assert not [n for n in os.listdir(ckpt_dir) if ".tmp-" in n]
 
 
+#: CHILD, with a task whose clean-up never ends (shielded from cancellation): the
+#: abort's KeyboardInterrupt alone would leave the process waiting for it forever.
+STUCK_CLEAN_UP = CHILD.replace(
+    "async def main():\n",
+    textwrap.dedent(
+        """
+        import monitored_checkpoint._preemption as preemption
+        preemption.ABORT_REPEAT_SECS = float(sys.argv[4])
+
+        async def stuck():
+            try:
+                await anyio.sleep_forever()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await anyio.sleep(3600)
+
+        async def train():
+        """
+    ).lstrip(),
+).replace(
+    "anyio.run(main)",
+    textwrap.dedent(
+        """
+        async def main():
+            async with anyio.create_task_group() as group:
+                group.start_soon(stuck)
+                await train()
+
+        anyio.run(main)
+        """
+    ),
+)
+assert "async def stuck" in STUCK_CLEAN_UP and "await train()" in STUCK_CLEAN_UP
+
+
+def test_a_clean_up_that_never_ends_is_interrupted_again_until_the_process_ends(
+    tmp_path: Path, ckpt_dir: str
+) -> None:
+    script = tmp_path / "child.py"
+    script.write_text(STUCK_CLEAN_UP)
+    child = subprocess.Popen(
+        [sys.executable, "-u", str(script), ckpt_dir, str(tmp_path / "ended"), "60", "1.0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for_step(child, 1)
+        child.send_signal(signal.SIGINT)
+        assert child.stderr is not None
+        for line in child.stderr:
+            if "SIGINT received" in line:
+                break
+        started = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=30)
+        took = time.monotonic() - started
+    finally:
+        child.kill()
+    assert child.returncode != 0
+    assert "still not ended: interrupting again" in err
+    assert "KeyboardInterrupt" in err
+    assert 1.0 <= took < 20
+
+
+def test_an_abort_outside_an_event_loop_watches_nothing() -> None:
+    assert preemption._running_loop(sys._getframe()) is None
+
+
 def test_overlapping_sessions_all_get_the_signal_and_the_original_handler_returns() -> None:
     from monitored_checkpoint._preemption import SignalWatcher
 

@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any, Final, final
 
-__all__ = ["ABORT_WITHIN_SECS", "DEFAULT_SIGNALS", "SignalWatcher"]
+__all__ = ["ABORT_REPEAT_SECS", "ABORT_WITHIN_SECS", "DEFAULT_SIGNALS", "SignalWatcher"]
 
 log = logging.getLogger("monitored.checkpoint")
 
@@ -64,6 +64,10 @@ Handler = Callable[[int, FrameType | None], Any] | int | None
 #: ``KeyboardInterrupt`` is raised wherever the main thread is (a main thread
 #: blocked that long inside library code would otherwise never be interrupted).
 ABORT_WITHIN_SECS: Final = 2.0
+#: When the event loop the abort interrupted still runs this long after it (a clean-up
+#: that waits forever: a task shielded from cancellation, a thread that never
+#: answers), the interrupt is raised again, and again after as long.
+ABORT_REPEAT_SECS: Final = 5.0
 #: How often the abort helper interrupts the main thread while the abort waits.
 _KICK_SECS: Final = 0.001
 #: The signal the helper interrupts the main thread with: ignored by default, so
@@ -206,10 +210,16 @@ def _programs_own(handler: Handler) -> Callable[[int, FrameType | None], Any] | 
 
 def _abort(frame: FrameType | None) -> None:
     """Raise ``KeyboardInterrupt`` now if ``frame`` may take it, else as soon as one may."""
+    _Repeat.start(frame)
     if _interruptible(frame) or _KICK_SIGNAL is None or not hasattr(signal, "pthread_kill"):
         raise KeyboardInterrupt
     abort = _Abort.pending = _Abort(_KICK_SIGNAL)
     abort.start()
+
+
+def _abort_repeat() -> float:
+    """:data:`ABORT_REPEAT_SECS`, read when an abort starts (tests shorten it)."""
+    return ABORT_REPEAT_SECS
 
 
 def _abort_within() -> float:
@@ -300,3 +310,58 @@ class _Abort:
             _Abort.pending = None
             signal.signal(self._kick, self._previous)
             raise KeyboardInterrupt
+
+
+@final
+class _Repeat:
+    """The abort again while the event loop it interrupted runs on.
+
+    The ``KeyboardInterrupt`` unwinds the program, and the event loop's runner
+    cancels what is left; a clean-up that never ends (shielded from cancellation,
+    waiting for a thread or a task the interrupt cut off) would keep the process
+    alive. While that loop still runs, a bare thread sends the main thread SIGINT
+    every :data:`ABORT_REPEAT_SECS`: each raises a ``KeyboardInterrupt`` (the
+    session's handler, asyncio's or Python's), until the loop is closed. A program
+    not in an event loop, or one whose loop ends, is left alone.
+    """
+
+    #: The loop being watched, if any (one per process: the abort ends it).
+    loop: Any = None
+
+    @classmethod
+    def start(cls, frame: FrameType | None) -> None:
+        """Watch the event loop running ``frame`` (if any), once per process."""
+        loop = _running_loop(frame)
+        if loop is None or cls.loop is not None:
+            return
+        main = threading.main_thread().ident
+        if main is None or not hasattr(signal, "pthread_kill"):  # pragma: no cover
+            return
+        cls.loop = loop
+        _thread.start_new_thread(cls._watch, (loop, main, _abort_repeat()))
+
+    @classmethod
+    def _watch(cls, loop: Any, main: int, every: float) -> None:
+        due = time.monotonic() + every
+        while not loop.is_closed():
+            time.sleep(min(every, 0.1))
+            if time.monotonic() < due or not loop.is_running():
+                continue
+            _say("monitored-checkpoint: still not ended: interrupting again")
+            with contextlib.suppress(OSError, ValueError):
+                signal.pthread_kill(main, signal.SIGINT)
+            due = time.monotonic() + every
+        cls.loop = None
+
+
+def _running_loop(frame: FrameType | None) -> Any:
+    """The asyncio event loop whose ``run_forever`` is on ``frame``'s stack, if any."""
+    current = frame
+    while current is not None:
+        if (
+            current.f_code.co_name == "run_forever"
+            and current.f_globals.get("__name__") == "asyncio.base_events"
+        ):
+            return current.f_locals.get("self")
+        current = current.f_back
+    return None
