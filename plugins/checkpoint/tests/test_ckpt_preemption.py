@@ -591,12 +591,13 @@ STUCK_CLEAN_UP = CHILD.replace(
         """
     ),
 )
-assert "async def stuck" in STUCK_CLEAN_UP and "await train()" in STUCK_CLEAN_UP
 
 
 def test_a_clean_up_that_never_ends_is_interrupted_again_until_the_process_ends(
     tmp_path: Path, ckpt_dir: str
 ) -> None:
+    assert "async def stuck" in STUCK_CLEAN_UP
+    assert "await train()" in STUCK_CLEAN_UP
     script = tmp_path / "child.py"
     script.write_text(STUCK_CLEAN_UP)
     child = subprocess.Popen(

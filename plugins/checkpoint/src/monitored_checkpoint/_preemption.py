@@ -197,15 +197,19 @@ def _programs_own(handler: Handler) -> Callable[[int, FrameType | None], Any] | 
     kernel's is: during a cell ipykernel's cancels the cell, and a
     ``KeyboardInterrupt`` raised while its event loop waits would kill the kernel.
     """
-    if not callable(handler) or handler is signal.default_int_handler:
+    if not callable(handler) or handler is signal.default_int_handler or _runners(handler):
         return None
+    return handler
+
+
+def _runners(handler: Handler) -> bool:
+    """Whether ``handler`` is a ``Runner``'s (asyncio's, anyio's): the first SIGINT it
+    gets only cancels the main task, the next raises ``KeyboardInterrupt``."""
     func: Any = handler
     while isinstance(func, functools.partial):
         func = func.func
     owner = getattr(func, "__self__", None)
-    if getattr(func, "__name__", None) == "_on_sigint" and type(owner).__module__ in _RUNNERS:
-        return None
-    return handler
+    return getattr(func, "__name__", None) == "_on_sigint" and type(owner).__module__ in _RUNNERS
 
 
 def _abort(frame: FrameType | None) -> None:
@@ -348,8 +352,11 @@ class _Repeat:
             if time.monotonic() < due or not loop.is_running():
                 continue
             _say("monitored-checkpoint: still not ended: interrupting again")
-            with contextlib.suppress(OSError, ValueError):
-                signal.pthread_kill(main, signal.SIGINT)
+            # A Runner's handler (the sessions' put back) needs two to raise.
+            for _ in range(2 if _runners(signal.getsignal(signal.SIGINT)) else 1):
+                with contextlib.suppress(OSError, ValueError):
+                    signal.pthread_kill(main, signal.SIGINT)
+                time.sleep(_KICK_SECS * 10)
             due = time.monotonic() + every
         cls.loop = None
 
