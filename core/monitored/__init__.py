@@ -32,12 +32,11 @@ from ._core._errors import (
     UnavailableError,
     UnsupportedArgumentError,
 )
-from ._core._exit import install as _install_exit_hook
 from ._core._files import UnsafeFileError, is_plain_name, open_regular_file, read_regular_file
 
 # At import, not with the first session: a second Ctrl-C during start-up (an import
 # a sweep's trial makes) must not leave anyio's worker threads holding up the exit.
-_install_exit_hook()
+_importlib.import_module(f"{__name__}._core._exit").install()
 
 if _TYPE_CHECKING:
     from ._core._backend import is_device_array, to_host, to_scalar
