@@ -34,6 +34,10 @@ from ._core._errors import (
 )
 from ._core._files import UnsafeFileError, is_plain_name, open_regular_file, read_regular_file
 
+# At import, not with the first session: a second Ctrl-C during start-up (an import
+# a sweep's trial makes) must not leave anyio's worker threads holding up the exit.
+_importlib.import_module(f"{__name__}._core._exit").install()
+
 if _TYPE_CHECKING:
     from ._core._backend import is_device_array, to_host, to_scalar
     from ._core._basic_hooks import (

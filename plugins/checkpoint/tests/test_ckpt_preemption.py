@@ -253,6 +253,92 @@ def test_a_second_sigint_held_inside_the_machinery_is_raised_there_after_a_bound
     assert 0.2 <= time.monotonic() - started < 5
 
 
+#: An installed package's code (tensorboardX, say) that the machinery calls: it
+#: sends the second SIGINT while running.
+PACKAGE = """
+import os, signal, time
+
+def busy_after_sigint(seconds, done):
+    os.kill(os.getpid(), signal.SIGINT)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pass
+    done.append("package")
+"""
+
+CALLER = """
+def calls(fn, *args):
+    fn(*args)
+    args[-1].append("machinery")
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGURG"), reason="needs SIGURG")
+def test_a_second_sigint_in_a_package_the_machinery_called_is_raised_once_out_of_both() -> None:
+    package: dict[str, Any] = {"__name__": "somepackage.io"}
+    filename = os.path.join(os.sep, "venv", "lib", "site-packages", "somepackage", "io.py")
+    exec(compile(PACKAGE, filename, "exec"), package)
+    caller: dict[str, Any] = {"__name__": "monitored_summaries._under_test"}
+    exec(compile(CALLER, "<monitored_summaries>", "exec"), caller)
+    done: list[str] = []
+    watcher = SignalWatcher()
+    assert watcher.install()
+    try:
+        signal.raise_signal(signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt) as caught:
+            caller["calls"](package["busy_after_sigint"], 0.2, done)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                time.sleep(0.001)
+    finally:
+        watcher.uninstall()
+    assert done == ["package", "machinery"], "raised inside the package or its caller"
+    assert caught.traceback[-2].frame.code.name == (
+        "test_a_second_sigint_in_a_package_the_machinery_called_is_raised_once_out_of_both"
+    )
+
+
+def test_one_signal_is_one_notice_however_many_sessions_listen(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # A sweep: four trials, each with a training and an evaluation session.
+    watchers = [SignalWatcher() for _ in range(8)]
+    for watcher in watchers:
+        assert watcher.install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert {watcher.received for watcher in watchers} == {signal.SIGTERM}
+        os.kill(os.getpid(), signal.SIGTERM)  # a repeated SIGTERM: nothing more to say
+        late = SignalWatcher()  # a session that started since: it stops too, unannounced
+        assert late.install()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert late.received == signal.SIGTERM
+        late.uninstall()
+    finally:
+        for watcher in watchers:
+            watcher.uninstall()
+    notices = [line for line in capfd.readouterr().err.splitlines() if "received" in line]
+    assert notices == [
+        "monitored-checkpoint: SIGTERM received; finishing the current step, saving a "
+        "checkpoint and stopping (Ctrl-C again to abort)"
+    ]
+
+
+def test_a_second_sigint_aborts_even_when_a_session_started_since_the_first() -> None:
+    before = signal.getsignal(signal.SIGINT)
+    first, late = SignalWatcher(), SignalWatcher()
+    assert first.install()
+    try:
+        signal.raise_signal(signal.SIGINT)
+        assert late.install()  # an evaluation session, say, begun after the first Ctrl-C
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    finally:
+        first.uninstall()
+        late.uninstall()
+    assert signal.getsignal(signal.SIGINT) is before
+
+
 def test_watcher_second_sigint_goes_to_the_handler_that_was_there_before() -> None:
     # Jupyter's kernel cancels the running cell from its own SIGINT handler; a
     # KeyboardInterrupt raised inside the kernel's event loop would hang it instead.
@@ -471,6 +557,76 @@ def test_under_anyio_or_asyncio_run_a_second_sigint_aborts_a_long_synchronous_st
     assert took < 10, f"the second Ctrl-C took {took:.1f}s, not at once"
     assert not (tmp_path / "ended").exists(), "an abort does not run end"
     assert not [n for n in os.listdir(ckpt_dir) if ".tmp-" in n]
+
+
+#: CHILD, with a task whose clean-up never ends (shielded from cancellation): the
+#: abort's KeyboardInterrupt alone would leave the process waiting for it forever.
+STUCK_CLEAN_UP = CHILD.replace(
+    "async def main():\n",
+    textwrap.dedent(
+        """
+        import monitored_checkpoint._preemption as preemption
+        preemption.ABORT_REPEAT_SECS = float(sys.argv[4])
+
+        async def stuck():
+            try:
+                await anyio.sleep_forever()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await anyio.sleep(3600)
+
+        async def train():
+        """
+    ).lstrip(),
+).replace(
+    "anyio.run(main)",
+    textwrap.dedent(
+        """
+        async def main():
+            async with anyio.create_task_group() as group:
+                group.start_soon(stuck)
+                await train()
+
+        anyio.run(main)
+        """
+    ),
+)
+
+
+def test_a_clean_up_that_never_ends_is_interrupted_again_until_the_process_ends(
+    tmp_path: Path, ckpt_dir: str
+) -> None:
+    assert "async def stuck" in STUCK_CLEAN_UP
+    assert "await train()" in STUCK_CLEAN_UP
+    script = tmp_path / "child.py"
+    script.write_text(STUCK_CLEAN_UP)
+    child = subprocess.Popen(
+        [sys.executable, "-u", str(script), ckpt_dir, str(tmp_path / "ended"), "60", "1.0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for_step(child, 1)
+        child.send_signal(signal.SIGINT)
+        assert child.stderr is not None
+        for line in child.stderr:
+            if "SIGINT received" in line:
+                break
+        started = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=30)
+        took = time.monotonic() - started
+    finally:
+        child.kill()
+    assert child.returncode != 0
+    assert "still not ended: interrupting again" in err
+    assert "KeyboardInterrupt" in err
+    assert 1.0 <= took < 20
+
+
+def test_an_abort_outside_an_event_loop_watches_nothing() -> None:
+    assert preemption._running_loop(sys._getframe()) is None
 
 
 def test_overlapping_sessions_all_get_the_signal_and_the_original_handler_returns() -> None:

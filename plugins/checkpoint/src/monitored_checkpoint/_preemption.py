@@ -20,7 +20,8 @@ an anyio worker thread started but never told to stop (the interpreter then
 waits for it forever at exit), a future never resolved (the main task waits
 forever) or a cancel scope half updated. So the abort is raised where the
 main thread is when the signal comes only if that is the user's code (a step,
-a hook) or the event loop waiting in ``select``; anywhere else it is deferred
+a hook) or the event loop waiting in ``select``; anywhere else (an installed
+package, tensorboardX say, that the library called) it is deferred
 to the first such point, which a helper thread finds by interrupting the main
 thread every millisecond (with ``SIGURG``, ignored by default, so that a late
 one is harmless) until the abort is raised, at most :data:`ABORT_WITHIN_SECS`.
@@ -48,7 +49,7 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any, Final, final
 
-__all__ = ["ABORT_WITHIN_SECS", "DEFAULT_SIGNALS", "SignalWatcher"]
+__all__ = ["ABORT_REPEAT_SECS", "ABORT_WITHIN_SECS", "DEFAULT_SIGNALS", "SignalWatcher"]
 
 log = logging.getLogger("monitored.checkpoint")
 
@@ -63,6 +64,10 @@ Handler = Callable[[int, FrameType | None], Any] | int | None
 #: ``KeyboardInterrupt`` is raised wherever the main thread is (a main thread
 #: blocked that long inside library code would otherwise never be interrupted).
 ABORT_WITHIN_SECS: Final = 2.0
+#: When the event loop the abort interrupted still runs this long after it (a clean-up
+#: that waits forever: a task shielded from cancellation, a thread that never
+#: answers), the interrupt is raised again, and again after as long.
+ABORT_REPEAT_SECS: Final = 5.0
 #: How often the abort helper interrupts the main thread while the abort waits.
 _KICK_SECS: Final = 0.001
 #: The signal the helper interrupts the main thread with: ignored by default, so
@@ -71,6 +76,8 @@ _KICK_SIGNAL: Final = getattr(signal, "SIGURG", None)
 #: Top-level packages whose code a ``KeyboardInterrupt`` must not land in: the
 #: event loop, anyio, and this library (the core and its plugins).
 _MACHINERY: Final = frozenset({"asyncio", "anyio", "sniffio", "trio", "outcome", "monitored"})
+#: The directories installed packages live in (a user's script lives elsewhere).
+_INSTALLED_DIRS: Final = ("site-packages", "dist-packages")
 #: Modules of the ``Runner`` classes whose SIGINT handler only cancels the main task:
 #: asyncio's, and anyio's copy of it for Pythons before 3.11.
 _RUNNERS: Final = frozenset({"asyncio.runners", "anyio._backends._asyncio"})
@@ -85,9 +92,20 @@ _original: dict[signal.Signals, Handler] = {}
 
 
 def _dispatch(signum: int, frame: FrameType | None) -> None:
-    for watcher in list(_active):
-        if signum in watcher._signals:
-            watcher._handle(signum, frame)
+    """Hand the signal to every watcher of it; the notice is written once per signal.
+
+    A sweep runs several sessions (and their evaluation sessions) at once: one
+    Ctrl-C is one line on stderr, not one per session.
+    """
+    listening = [watcher for watcher in _active if signum in watcher._signals]
+    heard = [watcher for watcher in listening if watcher.received is not None]
+    fresh = [watcher for watcher in listening if watcher.received is None]
+    for watcher in fresh:
+        watcher.received = signal.Signals(signum)
+    if heard:  # a session that started since the first signal stops too, unannounced
+        heard[0]._handle_again(signum, frame)
+    elif fresh:
+        _announce(signal.Signals(signum), any(signal.SIGINT in w._signals for w in fresh))
 
 
 @final
@@ -141,15 +159,8 @@ class SignalWatcher:
             if signal.getsignal(sig) is _dispatch:  # unless replaced since
                 signal.signal(sig, signal.SIG_DFL if previous is None else previous)
 
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.received is None:
-            self.received = signal.Signals(signum)
-            _say(
-                f"monitored-checkpoint: {self.received.name} received; finishing the current "
-                "step, saving a checkpoint and stopping"
-                + (" (Ctrl-C again to abort)" if signal.SIGINT in self._signals else "")
-            )
-            return
+    def _handle_again(self, signum: int, frame: FrameType | None) -> None:
+        """A signal after the first: a SIGINT aborts, a SIGTERM is ignored."""
         if signum == signal.SIGINT:
             previous = _original.get(signal.SIGINT)
             self.uninstall()
@@ -160,6 +171,15 @@ class SignalWatcher:
             _say("monitored-checkpoint: SIGINT again: aborting")
             _abort(frame)
         # A repeated SIGTERM: the save it asks for is under way already.
+
+
+def _announce(received: signal.Signals, abortable: bool) -> None:
+    """Say that ``received`` asks the sessions to save and stop (and how to abort)."""
+    how = " (Ctrl-C again to abort)" if abortable else ""
+    _say(
+        f"monitored-checkpoint: {received.name} received; finishing the current "
+        f"step, saving a checkpoint and stopping{how}"
+    )
 
 
 def _say(line: str) -> None:
@@ -177,23 +197,33 @@ def _programs_own(handler: Handler) -> Callable[[int, FrameType | None], Any] | 
     kernel's is: during a cell ipykernel's cancels the cell, and a
     ``KeyboardInterrupt`` raised while its event loop waits would kill the kernel.
     """
-    if not callable(handler) or handler is signal.default_int_handler:
-        return None
-    func: Any = handler
-    while isinstance(func, functools.partial):
-        func = func.func
-    owner = getattr(func, "__self__", None)
-    if getattr(func, "__name__", None) == "_on_sigint" and type(owner).__module__ in _RUNNERS:
+    if not callable(handler) or handler is signal.default_int_handler or _runners(handler):
         return None
     return handler
 
 
+def _runners(handler: Handler) -> bool:
+    """Whether ``handler`` is a ``Runner``'s (asyncio's, anyio's): the first SIGINT it
+    gets only cancels the main task, the next raises ``KeyboardInterrupt``."""
+    func: Any = handler
+    while isinstance(func, functools.partial):
+        func = func.func
+    owner = getattr(func, "__self__", None)
+    return getattr(func, "__name__", None) == "_on_sigint" and type(owner).__module__ in _RUNNERS
+
+
 def _abort(frame: FrameType | None) -> None:
     """Raise ``KeyboardInterrupt`` now if ``frame`` may take it, else as soon as one may."""
+    _Repeat.start(frame)
     if _interruptible(frame) or _KICK_SIGNAL is None or not hasattr(signal, "pthread_kill"):
         raise KeyboardInterrupt
     abort = _Abort.pending = _Abort(_KICK_SIGNAL)
     abort.start()
+
+
+def _abort_repeat() -> float:
+    """:data:`ABORT_REPEAT_SECS`, read when an abort starts (tests shorten it)."""
+    return ABORT_REPEAT_SECS
 
 
 def _abort_within() -> float:
@@ -204,9 +234,12 @@ def _abort_within() -> float:
 def _interruptible(frame: FrameType | None) -> bool:
     """Whether the main thread, running ``frame``, may take a ``KeyboardInterrupt`` there.
 
-    Yes in the user's code (the innermost frame outside the standard library is
-    not the machinery's) and in the event loop waiting for I/O; no inside the
-    event loop, anyio or this library, whose state it could leave half updated.
+    Yes in the user's code (the innermost frame outside the standard library and
+    the installed packages is not the machinery's) and in the event loop waiting
+    for I/O; no inside the event loop, anyio or this library, whose state it
+    could leave half updated, nor in a package that one of them called (a
+    summary writer half made in tensorboardX's code). A package the user's code
+    called (numpy in a step) is the user's: the user's frame comes first.
     """
     if frame is None or _idle_in_select(frame):
         return True
@@ -215,10 +248,16 @@ def _interruptible(frame: FrameType | None) -> bool:
         top = str(current.f_globals.get("__name__", "")).partition(".")[0]
         if top in _MACHINERY or top.startswith("monitored_"):
             return False
-        if top not in sys.stdlib_module_names:
+        if top not in sys.stdlib_module_names and not _installed(current):
             return True
         current = current.f_back
     return True
+
+
+def _installed(frame: FrameType) -> bool:
+    """Whether ``frame`` runs an installed package's code (from ``site-packages``)."""
+    filename = frame.f_code.co_filename
+    return any(f"{os.sep}{where}{os.sep}" in filename for where in _INSTALLED_DIRS)
 
 
 def _idle_in_select(frame: FrameType) -> bool:
@@ -275,3 +314,61 @@ class _Abort:
             _Abort.pending = None
             signal.signal(self._kick, self._previous)
             raise KeyboardInterrupt
+
+
+@final
+class _Repeat:
+    """The abort again while the event loop it interrupted runs on.
+
+    The ``KeyboardInterrupt`` unwinds the program, and the event loop's runner
+    cancels what is left; a clean-up that never ends (shielded from cancellation,
+    waiting for a thread or a task the interrupt cut off) would keep the process
+    alive. While that loop still runs, a bare thread sends the main thread SIGINT
+    every :data:`ABORT_REPEAT_SECS`: each raises a ``KeyboardInterrupt`` (the
+    session's handler, asyncio's or Python's), until the loop is closed. A program
+    not in an event loop, or one whose loop ends, is left alone.
+    """
+
+    #: The loop being watched, if any (one per process: the abort ends it).
+    loop: Any = None
+
+    @classmethod
+    def start(cls, frame: FrameType | None) -> None:
+        """Watch the event loop running ``frame`` (if any), once per process."""
+        loop = _running_loop(frame)
+        if loop is None or cls.loop is not None:
+            return
+        main = threading.main_thread().ident
+        if main is None or not hasattr(signal, "pthread_kill"):  # pragma: no cover
+            return
+        cls.loop = loop
+        _thread.start_new_thread(cls._watch, (loop, main, _abort_repeat()))
+
+    @classmethod
+    def _watch(cls, loop: Any, main: int, every: float) -> None:
+        due = time.monotonic() + every
+        while not loop.is_closed():
+            time.sleep(min(every, 0.1))
+            if time.monotonic() < due or not loop.is_running():
+                continue
+            _say("monitored-checkpoint: still not ended: interrupting again")
+            # A Runner's handler (the sessions' put back) needs two to raise.
+            for _ in range(2 if _runners(signal.getsignal(signal.SIGINT)) else 1):
+                with contextlib.suppress(OSError, ValueError):
+                    signal.pthread_kill(main, signal.SIGINT)
+                time.sleep(_KICK_SECS * 10)
+            due = time.monotonic() + every
+        cls.loop = None
+
+
+def _running_loop(frame: FrameType | None) -> Any:
+    """The asyncio event loop whose ``run_forever`` is on ``frame``'s stack, if any."""
+    current = frame
+    while current is not None:
+        if (
+            current.f_code.co_name == "run_forever"
+            and current.f_globals.get("__name__") == "asyncio.base_events"
+        ):
+            return current.f_locals.get("self")
+        current = current.f_back
+    return None

@@ -11,6 +11,14 @@ before it is on disk, and the log directory may be any fsspec URL (see
 
 Encoding (histogram buckets, PNG, WAV) also happens in the writer's thread: the
 step loop only queues host values.
+
+The writer's thread is a daemon thread, so it never holds up the interpreter's
+exit (a second Ctrl-C that lands while a writer is being made, say, leaves one
+nobody will close); what is queued is flushed at exit instead. Once the
+interpreter starts to exit, a wait for a writer's thread (a flush, a close, room
+in a full queue) ends when that thread has made no progress for
+:data:`EXIT_STALL_SECS`: a thread stuck in a hung file system does not hang
+the exit, and one that is writing is never cut off.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from ._encode import encode
 from ._errors import SummaryDirectoryError, SummaryWriteError
 from ._logdir import LogDir, open_logdir
 
-__all__ = ["FileWriter", "FileWriterCache", "SummaryWriter"]
+__all__ = ["EXIT_STALL_SECS", "FileWriter", "FileWriterCache", "SummaryWriter"]
 
 log = logging.getLogger("monitored.summaries")
 
@@ -45,6 +53,14 @@ Record = tuple[str, str, Any, dict[str, Any]]
 
 _LIVE: Final[weakref.WeakSet[FileWriter]] = weakref.WeakSet()
 _SEQUENCE = iter(range(1 << 62))
+
+#: Once the interpreter exits, how long a wait for a writer's thread goes on while
+#: that thread makes no progress (writes nothing) before it is given up.
+EXIT_STALL_SECS: Final = 2.0
+#: How often a wait for a writer's thread checks that thread.
+_POLL_SECS: Final = 0.1
+#: When the interpreter started to exit (``time.monotonic``), or ``None``.
+_exit_started: float | None = None
 
 
 @final
@@ -120,11 +136,31 @@ class FileWriter:
         #: Set when the event file is dropped on purpose (removed by its owner): a
         #: failure then is neither logged nor handed to listeners.
         self._quiet = False
+        #: When the writer's thread last finished an item (``time.monotonic``).
+        self._progress = time.monotonic()
+        #: Who closes the files of a writer whose start was interrupted: the thread
+        #: once it runs, the constructor while it does not (both under ``_lock``).
+        self._running = False
+        self._abandoned = False
         self._thread = threading.Thread(
             target=self._work, name=f"summary-writer {self.path}", daemon=True
         )
-        self._thread.start()
-        _LIVE.add(self)
+        try:
+            _LIVE.add(self)
+            self._thread.start()
+        except BaseException:
+            # A KeyboardInterrupt while the thread starts: nobody gets this writer, so
+            # it is closed here, or by its thread if that runs already. The file's
+            # header is on disk: what is left is a readable event file.
+            _LIVE.discard(self)
+            with self._lock:
+                self._closed = self._abandoned = True
+                running = self._running
+            if running:
+                self._queue.put_nowait(_CLOSE)
+            else:
+                self._close_files()
+            raise
 
     def _stage(self, staging: str) -> None:
         """Keep a reader of the staged file and remove its name (nothing left behind),
@@ -181,9 +217,10 @@ class FileWriter:
             return
         marker = _Flush()
         self._put(marker)
-        while not marker.done.wait(0.1):
+        while not marker.done.wait(_POLL_SECS):
             if not self._thread.is_alive():  # pragma: no cover - the thread never dies silently
                 break
+            self._check_stalled("flushing")
         self._raise_error()
 
     def close(self) -> None:
@@ -193,8 +230,10 @@ class FileWriter:
                 return
             self._closed = True
         try:
-            self._queue.put(_CLOSE)
-            self._thread.join()
+            self._enqueue(_CLOSE, "closing")
+            while self._thread.is_alive():
+                self._thread.join(_POLL_SECS)
+                self._check_stalled("closing")
         finally:
             _LIVE.discard(self)
         self._raise_error()
@@ -249,10 +288,39 @@ class FileWriter:
         self._raise_error()
         if self._closed:
             raise SummaryWriteError(f"the writer of {self.path} is closed", path=self.path)
-        self._queue.put(item)
+        self._enqueue(item, "writing")
+
+    def _enqueue(self, item: Any, doing: str) -> None:
+        """Queue ``item``, waiting for room as long as the writer's thread is not stalled."""
+        while True:
+            try:
+                self._queue.put(item, timeout=_POLL_SECS)
+                return
+            except queue.Full:
+                self._check_stalled(doing)
+
+    def _check_stalled(self, doing: str) -> None:
+        """Raise :class:`SummaryWriteError` if the interpreter is exiting and the writer's
+        thread has made no progress for :data:`EXIT_STALL_SECS` (see the module's doc)."""
+        started = _exit_started
+        if started is None:
+            return
+        idle = time.monotonic() - max(started, self._progress)
+        if idle < EXIT_STALL_SECS:
+            return
+        waiting = self._queue.qsize()
+        raise SummaryWriteError(
+            f"{doing} {self.path} at exit: gave up after its writer's thread wrote nothing "
+            f"for {idle:.1f} s; {waiting} queued item(s) not written",
+            path=self.path,
+        )
 
     # -- the writer's thread ----------------------------------------------------------------------
     def _work(self) -> None:
+        with self._lock:
+            if self._abandoned:
+                return
+            self._running = True
         next_flush = time.monotonic() + self._flush_secs
         pending = False
         while True:
@@ -290,6 +358,8 @@ class FileWriter:
                     item.done.set()
                 if item is _CLOSE:
                     return
+            finally:
+                self._progress = time.monotonic()
 
     def _write(self, item: Any) -> None:
         if isinstance(item, Event):
@@ -437,14 +507,30 @@ class FileWriterCache:
         return writer
 
 
+def _start_exit_clock() -> None:
+    """Note that the interpreter started to exit: waits for stalled writers end from now."""
+    global _exit_started
+    if _exit_started is None:
+        _exit_started = time.monotonic()
+
+
+# threading's exit callbacks run before the non-daemon threads (anyio's workers,
+# which may be flushing or closing a writer) are joined; atexit's only after.
+with contextlib.suppress(AttributeError, RuntimeError):
+    threading._register_atexit(_start_exit_clock)  # type: ignore[attr-defined]
+
+
 @atexit.register
 def _flush_all_at_exit() -> None:
     """Flush every open writer when the interpreter exits (even after a crash).
 
     A writer whose event file was removed meanwhile (its directory deleted, as a
     test's temporary directory is) is closed without a word: there is nothing
-    to flush it to, and nobody asked for it any more.
+    to flush it to, and nobody asked for it any more. A writer whose thread is
+    stalled is given up after :data:`EXIT_STALL_SECS`, with an error logged
+    that says how much was not written.
     """
+    _start_exit_clock()
     for writer in list(_LIVE):
         if writer.error is not None or writer.closed:
             continue  # its failure was raised already
@@ -452,6 +538,8 @@ def _flush_all_at_exit() -> None:
             log.debug("at exit: %s was removed; closing its writer", writer.path)
             writer._discard()
             continue
-        # A failure here was logged by the writer's thread, naming the file.
-        with contextlib.suppress(SummaryWriteError):
+        try:
             writer.flush()
+        except SummaryWriteError as exc:
+            if writer.error is not exc:  # a failure of the thread's was logged by it
+                log.error("%s", exc)
