@@ -68,7 +68,7 @@ def _interactive() -> bool:
         return False
 
 
-def _notebook_widgets() -> bool:
+def _notebook_display() -> bool:
     """Whether a live display can be redrawn in a notebook (it needs ``IPython.display``)."""
     try:
         return importlib.util.find_spec("IPython.display") is not None
@@ -183,7 +183,7 @@ class ProgressHook:
         if self.mode == "auto" and console is not None:
             mode = "live" if console.is_terminal or console.is_jupyter else "plain"
         if mode == "live" and console is not None and console.is_jupyter:
-            mode = "live" if _notebook_widgets() else "plain"
+            mode = "live" if _notebook_display() else "plain"
         self._console = console
         self._on = True
         self._live = mode == "live"
