@@ -53,7 +53,8 @@ class Notebook:
 
     def display(self, obj: Any, raw: bool = False, display_id: Any = None) -> Handle | None:
         if display_id is not None:
-            assert raw and display_id is True
+            assert raw
+            assert display_id is True
             handle = Handle(self, obj)
             self.handles.append(handle)
             return handle
