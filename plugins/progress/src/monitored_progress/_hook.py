@@ -450,7 +450,7 @@ class _Display:
             "text/plain": record.export_text(),
         }
         if self.handle is None:
-            self.handle = display(data, raw=True, display_id=True)
+            self.handle = display(data, raw=True, display_id=True)  # type: ignore[no-untyped-call]
         else:
             self.handle.update(data, raw=True)
 
