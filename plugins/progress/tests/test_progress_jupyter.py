@@ -1,9 +1,10 @@
 """The progress display in Jupyter, without Jupyter installed.
 
-rich decides it runs in a notebook from ``get_ipython()`` (a ``ZMQInteractiveShell``)
-and draws through ``IPython.display.display`` into an ``ipywidgets.Output``. These
-tests stand in for those three names with recording fakes, so the display's
-notebook path runs for real in rich, and what the notebook would show is read back.
+rich decides it runs in a notebook from ``get_ipython()`` (a ``ZMQInteractiveShell``);
+the display then draws through ``IPython.display.display`` with a display id and
+redraws with the handle's ``update``. These tests stand in for those names with a
+recording fake, so what the notebook would show is read back. No widget is involved
+(a widget's comm traffic could hang a headless run: ``tests/test_notebook.py``).
 """
 
 from __future__ import annotations
@@ -29,63 +30,49 @@ class ZMQInteractiveShell:
     """What ``get_ipython()`` returns in a notebook kernel (rich checks the class name)."""
 
 
+class Handle:
+    """A ``DisplayHandle``: the output it names shows the data of its last update."""
+
+    def __init__(self, notebook: Notebook, data: dict[str, str]) -> None:
+        self.notebook = notebook
+        self.shown = data
+        self.updates = 0
+
+    def update(self, data: dict[str, str], raw: bool = False) -> None:
+        assert raw
+        self.updates += 1
+        self.shown = data
+
+
 class Notebook:
-    """Records what rich shows: widgets made and displayed, the text put in them."""
+    """Records what is displayed: outputs with a display id, and loose text."""
 
     def __init__(self) -> None:
-        self.widgets: list[Output] = []
-        self.displayed: list[Any] = []
-        self.loose: list[str] = []  # text displayed outside any widget
-        self.active: Output | None = None
+        self.handles: list[Handle] = []
+        self.loose: list[str] = []  # text displayed without a display id
 
-    def display(self, obj: Any) -> None:
-        if isinstance(obj, Output):
-            self.displayed.append(obj)
-            return
-        text = str(getattr(obj, "html", obj))  # rich's JupyterRenderable: HTML for the page
-        if self.active is not None:
-            self.active.shown.append(text)
-        else:
-            self.loose.append(text)
-
-
-class Output:
-    """``ipywidgets.Output``: a context manager capturing displays, cleared on redraw."""
-
-    notebook: Notebook
-
-    def __init__(self) -> None:
-        self.shown: list[str] = []
-        self.clears = 0
-        self.notebook.widgets.append(self)
-
-    def __enter__(self) -> Output:
-        self.notebook.active = self
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.notebook.active = None
-
-    def clear_output(self, wait: bool = False) -> None:
-        self.clears += 1
-        self.shown.clear()
+    def display(self, obj: Any, raw: bool = False, display_id: Any = None) -> Handle | None:
+        if display_id is not None:
+            assert raw
+            assert display_id is True
+            handle = Handle(self, obj)
+            self.handles.append(handle)
+            return handle
+        self.loose.append(str(getattr(obj, "html", obj)))  # rich's JupyterRenderable
+        return None
 
 
 @pytest.fixture
 def notebook(monkeypatch: pytest.MonkeyPatch) -> Notebook:
-    """A fake notebook kernel: ``get_ipython``, ``ipykernel``, ``IPython.display``, ``ipywidgets``."""
+    """A fake notebook kernel: ``get_ipython``, ``ipykernel``, ``IPython.display``."""
     book = Notebook()
-    Output.notebook = book
     ipython = types.ModuleType("IPython")
     display = types.ModuleType("IPython.display")
     display.display = book.display  # type: ignore[attr-defined]
     ipython.display = display  # type: ignore[attr-defined]
-    widgets = types.ModuleType("ipywidgets")
-    widgets.Output = Output  # type: ignore[attr-defined]
     for name, module in (
         ("IPython", ipython),
         ("IPython.display", display),
-        ("ipywidgets", widgets),
         ("ipykernel", types.ModuleType("ipykernel")),
     ):
         module.__spec__ = types.SimpleNamespace(name=name)  # type: ignore[assignment]
@@ -100,22 +87,24 @@ def step_with_loss(state: monitored.TrainState) -> dict[str, Any]:
     return {"loss": np.float32(1.0 / state.global_step)}
 
 
-async def test_a_notebook_gets_a_live_bar_redrawn_in_one_widget(notebook: Notebook) -> None:
+async def test_a_notebook_gets_a_live_bar_redrawn_in_one_output(notebook: Notebook) -> None:
     hook = ProgressHook(show=["loss"], every_n_steps=5)  # auto: detects the notebook
     await run_session([monitored.StopAtStepHook(num_steps=20), hook], step_with_loss)
     assert hook._console is not None
     assert hook._console.is_jupyter
-    [widget] = notebook.widgets
-    assert notebook.displayed == [widget], "one widget, displayed once"
-    assert widget.clears >= 4, "each refresh redraws in place"
-    [final] = widget.shown
-    assert "step 20" in final
-    assert "loss=0.05" in final
-    assert "<span style=" in final, "styled HTML, not terminal control sequences"
-    assert "\x1b[" not in final
-    # Nothing below it: no copy of the bar, not even the empty <pre> rich shows at its stop.
+    [handle] = notebook.handles
+    assert handle.updates >= 3, "each refresh redraws in place"
+    html, text = handle.shown["text/html"], handle.shown["text/plain"]
+    assert "step 20" in html
+    assert "loss=0.05" in html
+    assert "<span style=" in html, "styled HTML, not terminal control sequences"
+    assert html.startswith("<pre")
+    assert "\x1b[" not in html
+    assert text.startswith("step 20 ")
+    assert "\x1b" not in text
+    # Nothing below it: no copy of the bar, nothing rich shows at a stop.
     assert notebook.loose == []
-    assert not hook._console.quiet, "the console speaks again after the display"
+    assert not hook._console.quiet
 
 
 async def test_log_records_show_in_the_notebook_not_through_the_bar(notebook: Notebook) -> None:
@@ -136,33 +125,33 @@ async def test_log_records_show_in_the_notebook_not_through_the_bar(notebook: No
     finally:
         logger.removeHandler(handler)
     assert handler.stream is sys.stderr, "logging gets its stream back"
-    shown = "".join(notebook.loose) + "".join(t for w in notebook.widgets for t in w.shown)
+    shown = "".join(notebook.loose) + "".join(h.shown["text/html"] for h in notebook.handles)
     assert "halfway there" in shown
 
 
-async def test_a_notebook_without_ipywidgets_gets_plain_lines(
+async def test_a_notebook_without_ipython_display_gets_plain_lines(
     notebook: Notebook, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sys.modules, "ipywidgets", None)  # import fails, as when missing
+    monkeypatch.setitem(sys.modules, "IPython.display", None)  # import fails, as when missing
     buffer = io.StringIO()
     console = Console(file=buffer, force_jupyter=True)
     hook = ProgressHook(every_n_steps=5, console=console)
     await run_session([monitored.StopAtStepHook(num_steps=10), hook], step_with_loss)
-    assert notebook.widgets == []
+    assert notebook.handles == []
     lines = buffer.getvalue().splitlines()
     assert lines[0].startswith("step 5/10")
     assert lines[-1].startswith("done: step 10/10")
     assert "\x1b" not in buffer.getvalue()
 
 
-async def test_live_mode_in_a_notebook_without_ipywidgets_is_plain_too(
+async def test_live_mode_in_a_notebook_without_ipython_display_is_plain_too(
     notebook: Notebook, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sys.modules, "ipywidgets", None)
+    monkeypatch.setitem(sys.modules, "IPython.display", None)
     buffer = io.StringIO()
     hook = ProgressHook(every_n_steps=5, mode="live", console=Console(file=buffer))
     await run_session([monitored.StopAtStepHook(num_steps=10), hook], step_with_loss)
-    assert notebook.widgets == []
+    assert notebook.handles == []
     assert "done: step 10/10" in buffer.getvalue()
 
 

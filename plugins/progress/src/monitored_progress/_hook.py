@@ -4,8 +4,9 @@ On an interactive terminal (or in Jupyter) a ``rich`` progress bar shows the
 step, steps/s, elapsed time, the ETA when the last step is known, the latest
 values of chosen outputs and the latest checkpoint; log records of the session
 print above it through the same console. In Jupyter the bar is rich's notebook
-display, redrawn in place in an ``ipywidgets`` output widget; a kernel without
-``ipywidgets`` gets the plain lines instead (rich would only warn there).
+display, one output redrawn in place by its display id (no widget, so a notebook
+run without a front end, as by ``nbconvert --execute``, works the same); a kernel
+without ``IPython`` gets the plain lines instead.
 Elsewhere (CI, log files, ``nohup``) it writes a plain line every
 ``log_every_secs`` seconds, with no control characters. Per step it reads the
 clock and compares; on the few steps where a refresh is due it fetches the
@@ -15,6 +16,7 @@ clock and compares; on the few steps where a refresh is due it fetches the
 from __future__ import annotations
 
 import importlib.util
+import io
 import logging
 import math
 import os
@@ -66,10 +68,10 @@ def _interactive() -> bool:
         return False
 
 
-def _notebook_widgets() -> bool:
-    """Whether rich can redraw a live display in a notebook (it needs ``ipywidgets``)."""
+def _notebook_display() -> bool:
+    """Whether a live display can be redrawn in a notebook (it needs ``IPython.display``)."""
     try:
-        return all(importlib.util.find_spec(m) is not None for m in ("ipywidgets", "IPython"))
+        return importlib.util.find_spec("IPython.display") is not None
     except (ImportError, ValueError):  # a module set to None, or without a spec
         return False
 
@@ -181,7 +183,7 @@ class ProgressHook:
         if self.mode == "auto" and console is not None:
             mode = "live" if console.is_terminal or console.is_jupyter else "plain"
         if mode == "live" and console is not None and console.is_jupyter:
-            mode = "live" if _notebook_widgets() else "plain"
+            mode = "live" if _notebook_display() else "plain"
         self._console = console
         self._on = True
         self._live = mode == "live"
@@ -285,7 +287,9 @@ class ProgressHook:
                 eta=_clock(eta),
                 values=values,
             )
-            progress.refresh()
+            display = self._display
+            if display is not None:
+                display.draw()
             return
         if final and not self._lines:
             return  # a short run without a terminal stays quiet
@@ -315,6 +319,12 @@ class ProgressHook:
             display.leave(self._task)
 
 
+#: How a notebook shows the bars: rich's own notebook style (monospace, no wrapping).
+_NOTEBOOK_HTML: Final = (
+    '<pre style="white-space:pre;overflow-x:auto;line-height:normal;'
+    "font-family:Menlo,'DejaVu Sans Mono',consolas,'Courier New',monospace\">{code}</pre>"
+)
+
 #: The console of live displays given none: one per process, so that sessions running
 #: at once share one live display (rich allows one per console).
 _console: Console | None = None
@@ -342,13 +352,15 @@ class _Display:
     (it is only touched from the loop's thread).
     """
 
-    __slots__ = ("progress", "streams", "tasks")
+    __slots__ = ("handle", "progress", "streams", "tasks")
 
     _open: ClassVar[dict[int, _Display]] = {}
 
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
         self.tasks = 0
+        #: In a notebook: the handle of the output the bars are drawn in (None until drawn).
+        self.handle: Any = None
         self.streams: list[tuple[logging.StreamHandler[Any], IO[str]]] = []
 
     @classmethod
@@ -388,7 +400,8 @@ class _Display:
             redirect_stdout=False,
             redirect_stderr=False,
         )
-        progress.start()
+        if not console.is_jupyter:
+            progress.start()
         display = _Display(progress)
         # Log records print above the bars through the same console, never through them.
         for logger in (logging.getLogger(), logging.getLogger("monitored")):
@@ -404,21 +417,52 @@ class _Display:
                         display.streams.append((handler, old))
         return display
 
+    def draw(self) -> None:
+        """Redraw the bars: on a terminal through rich's live display, in a notebook in place.
+
+        In a notebook the bars are one output updated by its display id
+        (``update_display_data``, IOPub only), not rich's ``ipywidgets.Output``: a
+        widget's front end answers every redraw with a ``comm_msg`` on the kernel's
+        shell channel, and one that lands as the cell's ``execute_reply`` is sent can
+        strand that reply in ``ipykernel`` 7, so ``nbconvert --execute`` (whose
+        ``nbclient`` mimics the widget) waited for ever.
+        """
+        progress = self.progress
+        console = progress.console
+        if not console.is_jupyter:
+            progress.refresh()
+            return
+        from IPython.display import display
+        from rich.console import Console
+
+        record = Console(
+            file=io.StringIO(),
+            record=True,
+            width=console.width,
+            color_system="truecolor",
+            force_jupyter=False,
+        )
+        record.print(progress.get_renderable())
+        data = {
+            "text/html": record.export_html(
+                inline_styles=True, code_format=_NOTEBOOK_HTML, clear=False
+            ),
+            "text/plain": record.export_text(),
+        }
+        if self.handle is None:
+            self.handle = display(data, raw=True, display_id=True)  # type: ignore[no-untyped-call]
+        else:
+            self.handle.update(data, raw=True)
+
     def leave(self, task: Any) -> None:
         """Remove one session's line; the last one out stops the display."""
         self.tasks -= 1
         if self.tasks > 0:
             self.progress.remove_task(task)
-            self.progress.refresh()
+            self.draw()
             return
-        # In a notebook rich ends the display by showing its console buffer, empty by
-        # then: a blank output under the bar (rich issues 3211, 3837). Quiet drops it.
-        console, quiet = self.progress.console, self.progress.console.quiet
-        console.quiet = quiet or console.is_jupyter
-        try:
+        if not self.progress.console.is_jupyter:
             self.progress.stop()
-        finally:
-            console.quiet = quiet
         for handler, stream in reversed(self.streams):
             handler.setStream(stream)
         self.streams.clear()
