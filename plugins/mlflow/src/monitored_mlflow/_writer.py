@@ -637,6 +637,9 @@ def main() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, IGNORED_SIGNALS)
     for name, value in HTTP_DEFAULTS.items():
         os.environ.setdefault(name, value)  # before MLflow reads them
+    # MLflow's INFO lines ("Creating initial MLflow database tables...") would reach
+    # the training's stderr; its warnings still do. The user's own setting wins.
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     if hasattr(os, "nice"):
         os.nice(NICENESS)  # lowering one's own priority is always allowed
     channel = _Channel(os.dup(1))
