@@ -267,3 +267,52 @@ def test_nbconvert_executes_the_notebook_headless_without_hanging(tmp_path: Path
         assert "early stop at step" in text_of(early)
         for cell in (first, resumed, early):
             assert "steps/s" in bar_html(cell)
+
+
+async def test_a_session_kept_open_across_cells_then_a_new_one_resumes(
+    kernel_manager: AsyncKernelManager, tmp_path: Path
+) -> None:
+    """Opened in one cell, run in the next, closed in a third (each cell a task of its
+    own), as TF1 users kept a ``tf.Session`` open; then a new session resumes from the
+    checkpoint the close saved."""
+    setup = (
+        "import threading, tempfile\n"
+        "import numpy as np\n"
+        "import monitored\n"
+        "before = set(threading.enumerate())\n"
+        "checkpoint_dir = tempfile.mkdtemp(prefix='monitored-cells-')\n"
+        "def step(state):\n"
+        "    state['w'] += 1\n"
+        "    state.global_step += 1\n"
+        "    return {'loss': float(state['w'].sum())}\n"
+        "def new_session():\n"
+        "    state = monitored.TrainState({'w': np.zeros(3, np.float32)})\n"
+        "    return monitored.MonitoredTrainingSession(\n"
+        "        state, checkpoint_dir=checkpoint_dir, save_checkpoint_steps=1000,\n"
+        "        save_summaries_steps=None, log_step_count_steps=None,\n"
+        "        disable_plugins=['progress'],\n"
+        "    )\n"
+    )
+    sources = [
+        setup,
+        "sess = new_session()\nawait sess.open()\nprint('opened at', sess.state.global_step)",
+        "for _ in range(5):\n    await sess.run(step)\nprint('ran to', sess.state.global_step)",
+        "await sess.close()\nprint('closed at', sess.state.global_step)",
+        "again = new_session()\nawait again.open()\nprint('resumed at', again.state.global_step)\n"
+        "await again.run(step)\nawait again.close()\nprint('closed at', again.state.global_step)",
+        "print(sorted(t.name for t in set(threading.enumerate()) - before))",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[new_code_cell(source) for source in sources])
+    client = NotebookClient(
+        nb, km=kernel_manager, timeout=60, resources={"metadata": {"path": str(tmp_path)}}
+    )
+    async with client.async_setup_kernel(cleanup_kc=True):
+        await run_cells(client, nb)
+    _, opened, ran, closed, resumed, threads = nb.cells
+    assert text_of(opened) == "opened at 0\n"
+    assert text_of(ran) == "ran to 5\n"
+    assert text_of(closed) == "closed at 5\n"
+    assert text_of(resumed) == "resumed at 5\nclosed at 6\n", "the close saved step 5"
+    assert text_of(threads) == "[]\n", "nothing of either session is left running"
+    for cell in nb.cells:
+        assert text_of(cell, "stderr") == "", cell.outputs

@@ -12,6 +12,7 @@ __all__ = [
     "AbortedError",
     "DamagedCheckpointError",
     "DeadlineExceededError",
+    "EventLoopEndedError",
     "FetchError",
     "MissingPluginError",
     "MonitoredError",
@@ -45,6 +46,15 @@ class AbortedError(MonitoredError):
 
 class UnavailableError(MonitoredError):
     """A resource a step needs is unavailable; handled like :class:`AbortedError`."""
+
+
+class EventLoopEndedError(MonitoredError, RuntimeError):
+    """The event loop a session was opened in ended while the session was open.
+
+    A session's background work lives in a task of that loop: once the loop is gone
+    (``asyncio.run`` returned, or IPython's ``%autoawait trio`` ran a cell in a
+    ``trio.run`` of its own), the session cannot run on; close it, and open a new one.
+    """
 
 
 class DeadlineExceededError(MonitoredError):

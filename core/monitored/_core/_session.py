@@ -21,7 +21,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, NoReturn, final
 
 import anyio
-import anyio.abc
 import anyio.lowlevel
 
 from ._calling import CallPlan, HookCall, annotate, invoke
@@ -38,6 +37,7 @@ from ._errors import (
     install_hint,
 )
 from ._fetch import Fetcher, fetch_many
+from ._host import TaskHost
 from ._options import resolve_options
 from ._plugins import (
     DISABLE_AUTOLOAD_ENV,
@@ -96,6 +96,9 @@ class MonitoredSession:
 
     Use it as ``async with MonitoredSession(state, hooks=[...]) as sess:`` and call
     ``await sess.run(step_fn, *args, **kwargs)`` until ``sess.should_stop()``.
+    ``await sess.open()`` and ``await sess.close()`` do the same for a session that
+    outlives one block (kept open across notebook cells, or opened, run and closed
+    by different tasks of the event loop, in any order with other sessions).
 
     Args:
         state: the arrays, global step and RNG to train (a new empty one if omitted).
@@ -205,7 +208,8 @@ class MonitoredSession:
         self._skipping: dict[int, int] = {}
         #: The smallest of those (``_NEVER`` when none): one comparison per step.
         self._wake_at = _NEVER
-        self._task_group: anyio.abc.TaskGroup | None = None
+        #: Hosts the session's background work (watchdog, coordinator tasks) while open.
+        self._host: TaskHost | None = None
         self._entered = False
         self._open = False
         #: True while hooks or a step run: ``run`` from inside them is refused.
@@ -308,8 +312,23 @@ class MonitoredSession:
 
     # -- entering and leaving ------------------------------------------------------------------
     async def __aenter__(self) -> MonitoredSession:
+        return await self.open()
+
+    async def open(self) -> MonitoredSession:
+        """Open the session (what ``async with`` does on entry); returns the session.
+
+        With :meth:`close`, for a session that outlives one block of code: opened
+        in one notebook cell, run in the next ones, closed in a later one; or
+        opened, run and closed by different tasks of the same event loop, in any
+        order relative to other sessions. The session's background work runs in
+        a task of its own (not in the task that opened it) until it closes. A
+        session is opened once; ``async with`` is the form to prefer where one
+        block holds the whole session, as it closes the session on every exit.
+        """
         if self._entered:
-            raise RuntimeError("a MonitoredSession can be entered only once")
+            raise RuntimeError(
+                f"a {type(self).__name__} can be entered only once (`async with` or open())"
+            )
         self._entered = True
         self._finalizes_state = not self._state.finalized
         try:
@@ -317,13 +336,15 @@ class MonitoredSession:
         except BaseException as exc:
             self._cluster.fail(exc)
             raise
-        self._task_group = anyio.create_task_group()
-        await self._task_group.__aenter__()
+        # The background work lives in a task of the session's own (see _host): the
+        # session can then be closed from any task, in any order with other sessions.
+        self._host = TaskHost(self._background_failed)
+        task_group = await self._host.start()
         if self._blocked_loop_secs is not None:
             infos = self.plugins
             watchdog = LoopWatchdog(self._blocked_loop_secs, lambda f: describe_culprit(f, infos))
-            self._task_group.start_soon(watchdog.run, name="monitored loop watchdog")
-        self._coord._attach(self._task_group)
+            task_group.start_soon(watchdog.run, name="monitored loop watchdog")
+        self._coord._attach(task_group)
         self._open = True
         try:
             await self.call_hook("begin", self)
@@ -417,11 +438,10 @@ class MonitoredSession:
         finally:
             self._fetcher.drop()
             self._coord.request_stop()
-            task_group, self._task_group = self._task_group, None
+            host, self._host = self._host, None
             try:
-                if task_group is not None:
-                    task_group.cancel_scope.cancel()
-                    await task_group.__aexit__(None, None, None)
+                if host is not None:
+                    await host.stop()
             finally:
                 self._coord._attach(None)
                 self._outputs = {}
@@ -469,6 +489,15 @@ class MonitoredSession:
                     )
         if first is not None:
             raise first
+
+    def _background_failed(self, exc: BaseException) -> None:
+        """A task of the session's host raised past its guard: stop, carrying ``exc``.
+
+        The next step boundary (``run``, ``should_stop``) raises it, and so does
+        the close (see ``TaskHost.stop``).
+        """
+        if not self._coord.joined:
+            self._coord.request_stop(exc)
 
     async def _join(self, failure: BaseException | None) -> None:
         try:
