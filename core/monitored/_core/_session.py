@@ -6,52 +6,51 @@ state restored or initialized, ``after_create_session``; then for each ``run``:
 ``end``. An end of input raised in the ``async with`` body is a normal end; any
 other exception skips ``end`` and propagates unchanged once the session has
 closed. ``AbortedError`` and ``UnavailableError`` re-create the session and retry.
+
+``MonitoredSession`` is made of parts with one job each, one module each:
+
+- this module: the user API, opening and closing, and the step loop (``run``,
+  ``_run_hooked``: the hot path, kept in one coroutine with its state here);
+- ``_session_plugins.PluginRegistration``: which hooks and plugins it calls;
+- ``_session_services.PluginServices``: what it offers hooks and plugins, and which
+  step hooks the loop calls (delegated, skipped);
+- ``_session_stop.StopAgreement``: the processes' stop decisions;
+- ``_session_recovery.Recovery``: creating the session, and re-creating it;
+- ``_host.TaskHost``: its background work, in a task of its own.
+
+The parts are mixins over the session's own attributes (each declares those it
+reads), not objects it delegates to: the hot path reads them without a hop.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import inspect
 import logging
 import time
 import weakref
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, NoReturn, final
+from typing import Any, Final, NoReturn, final
 
 import anyio
 import anyio.lowlevel
 
 from ._calling import CallPlan, HookCall, annotate, invoke
-from ._capabilities import CAPABILITIES, StepAside, provides_of, split_owners
+from ._capabilities import StepAside
 from ._cluster import Cluster, LocalCluster
 from ._config import TrainingConfig
 from ._coordinator import END_OF_INPUT, Coordinator
-from ._errors import (
-    AbortedError,
-    MissingPluginError,
-    OutOfRangeError,
-    PluginError,
-    UnavailableError,
-    install_hint,
-)
-from ._fetch import Fetcher, fetch_many
+from ._errors import OutOfRangeError
+from ._fetch import Fetcher
 from ._host import TaskHost
-from ._options import resolve_options
-from ._plugins import (
-    DISABLE_AUTOLOAD_ENV,
-    PluginInfo,
-    PluginManager,
-    autoload_enabled,
-    disabled_from_env,
-    installed_plugin_names,
-    installed_plugins,
-    public_class,
-)
+from ._plugins import PluginInfo
 from ._profiler import StepTrace
 from ._run import RunOptions, SessionRunArgs, SessionRunContext, SessionRunValues
 from ._scaffold import Scaffold, SessionManager
+from ._session_plugins import PluginRegistration
+from ._session_recovery import Recovery
+from ._session_services import _NEVER, PluginServices, _name_of
+from ._session_stop import StopAgreement
 from ._state import TrainState, check_global_step
 from ._tf1_arguments import refuse_tf1_arguments
 from ._watchdog import (
@@ -60,9 +59,6 @@ from ._watchdog import (
     blocked_loop_threshold,
     describe_culprit,
 )
-
-if TYPE_CHECKING:
-    from ..metrics import Metric
 
 __all__ = ["MonitoredSession", "RawSession", "SingularMonitoredSession", "StepContext"]
 
@@ -76,22 +72,10 @@ YIELD_INTERVAL_SECS: Final = 0.005
 #: that the step function probably forgets ``state.global_step += 1``.
 STALLED_STEPS_WARNING: Final = 10
 
-#: Errors after which the session is re-created and the step retried.
-RECOVERABLE: Final = (AbortedError, UnavailableError)
-
 _NO_RESULTS: Final = SessionRunValues(None)
-#: A global step no run reaches: nothing is skipped.
-_NEVER: Final = 2**63
-
-#: Features of ``MonitoredTrainingSession``: (the capability, does the config ask for
-#: it, the argument). Who provides each, and what to install, is in ``CAPABILITIES``.
-_FEATURES: Final = (
-    ("checkpoint", "wants_checkpoints", "checkpoint_dir"),
-    ("summaries", "wants_summaries", "save_summaries_steps/secs"),
-)
 
 
-class MonitoredSession:
+class MonitoredSession(Recovery, StopAgreement, PluginRegistration, PluginServices):
     """Runs training steps over a :class:`~monitored.TrainState`, calling hooks.
 
     Use it as ``async with MonitoredSession(state, hooks=[...]) as sess:`` and call
@@ -511,234 +495,8 @@ class MonitoredSession:
             if exc is not failure:
                 log.warning("While closing after an error, a background task failed too: %r", exc)
 
-    # -- plugins -------------------------------------------------------------------------------
-    async def _register_plugins(self) -> None:
-        available = installed_plugins(self._disabled)
-        if not self._cluster_given:
-            await self._find_cluster(available)
-        manager = PluginManager()
-        config = self._training_config
-        hooks = self._hooks
-        if config is not None and not self.is_chief and config.chief_only_hooks:
-            hooks = [h for h in hooks if not any(h is c for c in config.chief_only_hooks)]
-        for i, hook in enumerate(hooks):
-            manager.add(PluginInfo(_hook_name(hook, f"hooks[{i}]:{_name_of(hook)}"), hook))
-        explicit = manager.infos
-        installed, stepped_aside = split_owners(
-            explicit,
-            [
-                info
-                for info in available
-                if (self.is_chief or not getattr(info.plugin, "chief_only", False))
-                and (
-                    self._loads_training_only_plugins
-                    or not getattr(info.plugin, "training_only", False)
-                )
-            ],
-            {"cluster": "the cluster= argument"} if self._cluster_given else None,
-        )
-        for info in installed:
-            manager.add(info)
-        declared = {
-            call.info.name: list(options or ())
-            for call, options in await CallPlan(manager).call_each("declare_options")
-        }
-        self._options = resolve_options(
-            declared,
-            self._plugin_options,
-            loaded=[info.name for info in manager.infos],
-            installed=installed_plugin_names(),
-        )
-        if config is not None:
-            config = self._training_config = dataclasses.replace(
-                config, plugin_options=self._options, is_chief=self.is_chief
-            )
-            self._check_features(
-                config, {c for info in [*explicit, *installed] for c in provides_of(info)}
-            )
-            position = len(hooks)
-            for call, hooks in await CallPlan(manager).call_each("training_hooks", config):
-                for hook in _hook_list(hooks, call):
-                    name = f"hooks[{position}]:{_name_of(hook)}<{call.info.name}>"
-                    manager.add(PluginInfo(_hook_name(hook, name), hook), position)
-                    position += 1
-        self._plan = CallPlan(manager)
-        self._set_step_calls(self._plan["before_run"], self._plan["after_run"])
-        statuses = {}
-        for call, status in await self._plan.call_each("plugin_status", self):
-            if status is not None and not isinstance(status, str):
-                raise PluginError(
-                    f"hook 'plugin_status' of {call.info.describe()} returned "
-                    f"{type(status).__name__}; it must return a string or None",
-                    plugin=call.info.name,
-                    distribution=call.info.distribution,
-                    hook="plugin_status",
-                )
-            if status:
-                statuses[call.info.name] = status
-        for name in self._idle_suppliers:
-            statuses.setdefault(name, "inactive: it supplied no cluster, this process trains alone")
-        _log_plugins(self._plan.infos, self._plugins_log_level, statuses)
-        for step_aside in stepped_aside:
-            log.log(self._plugins_log_level, "%s", step_aside.message())
-        self._stepped_aside = tuple(stepped_aside)
-
-    async def _find_cluster(self, available: Iterable[PluginInfo]) -> None:
-        """Let an installed plugin supply the cluster (the ``cluster`` hookspec).
-
-        Suppliers that supply none (``monitored-mpi`` in a single process) are
-        kept in ``_idle_suppliers``: the "Loaded plugins" line says they are inactive.
-        """
-        suppliers = [info for info in available if hasattr(info.plugin, "cluster")]
-        if not suppliers:
-            return
-        probe = PluginManager()
-        for info in suppliers:
-            probe.add(info)
-        supplied = await CallPlan(probe).call_first("cluster", self)
-        if supplied is not None:
-            self._cluster = supplied
-        else:
-            self._idle_suppliers = frozenset(info.name for info in suppliers)
-
-    @property
-    def stepped_aside(self) -> tuple[StepAside, ...]:
-        """The installed plugins that do not act in this session, because an explicit hook
-        or argument provides their capability (available once entered)."""
-        return self._stepped_aside
-
-    def _check_features(self, config: TrainingConfig, provided: set[str]) -> None:
-        for capability, wanted, argument in _FEATURES:
-            if capability in provided or not getattr(config, wanted):
-                continue
-            plugin, distribution = CAPABILITIES[capability]
-            if argument == "save_summaries_steps/secs" and not (
-                config.explicit & {"save_summaries_steps", "save_summaries_secs"}
-            ):
-                log.debug("summaries left at their default, and %s is not installed", distribution)
-                continue
-            if plugin in self._disabled | disabled_from_env():
-                why = "is disabled"
-            elif not autoload_enabled():
-                why = f"is not loaded: {DISABLE_AUTOLOAD_ENV} is set"
-            else:
-                why = f"is not installed ({install_hint(distribution)})"
-            raise MissingPluginError(
-                f"MonitoredTrainingSession was asked for {plugin} ({argument}), which the "
-                f"{plugin!r} plugin provides, but it {why}",
-                plugin=plugin,
-                distribution=distribution,
-            )
-
-    # -- creating the session -----------------------------------------------------------------
-    async def _create_with_recovery(self, *, recreating: bool) -> None:
-        """Create the session, retrying after ``AbortedError``/``UnavailableError``."""
-        while True:
-            try:
-                await self._create_session(recreating=recreating)
-                return
-            except RECOVERABLE as exc:
-                if not self._may_recover(exc):
-                    raise
                 # A retried creation does what the failed one would have done: a
                 # first creation still initializes the state (runs init_fn).
-
-    async def _create_session(self, *, recreating: bool) -> None:
-        self._busy = True  # hooks run below: `run` from them is refused
-        try:
-            if self.is_chief:
-                self.restored_from = await self._session_manager.prepare_session(
-                    self, recreating=recreating
-                )
-            await self._cluster.share_state(self, self._max_wait_secs)
-            if not self.is_chief:
-                await self._session_manager.wait_for_session(self, self._max_wait_secs)
-            self._state.finalize()
-            # The global step may have gone back (a restore): no hook stays skipped.
-            self._set_step_calls(*self._step_calls)
-            await self.call_hook("after_create_session", self, self._coord)
-            await self._run_deferred()
-            if not isinstance(self._cluster, LocalCluster):
-                # A stop asked for while the session was created (StopAtStepHook of a
-                # run resumed at its last step) holds before the first step, on every
-                # process alike: they agree on it now.
-                self._agree_to_stop_now(self._coord._stopped)
-            self._created_once = True
-        finally:
-            self._deferred.clear()
-            self._busy = False
-
-    def _may_recover(self, exc: BaseException) -> bool:
-        """Count a recovery after ``exc``; ``False`` if no more are allowed."""
-        self._recoveries += 1
-        if not self._recoverable or (
-            self._max_recoveries is not None and self._recoveries > self._max_recoveries
-        ):
-            return False
-        if not isinstance(self._cluster, LocalCluster):
-            exc.add_note(
-                "Not recovered: this process trains with others, which are already past "
-                "this step or waiting in its collectives; one process cannot re-create "
-                "its session alone, so the job ends (every process); restart it to "
-                "resume from the last checkpoint"
-            )
-            return False
-        log.warning(
-            "%s at step %d: re-creating the session and retrying (recovery %d): %s",
-            type(exc).__name__,
-            self._state.global_step,
-            self._recoveries,
-            exc,
-        )
-        return True
-
-    async def _recover(self, exc: BaseException) -> bool:
-        """Re-create the session after ``exc``; ``False`` if recovery is not allowed."""
-        if not self._may_recover(exc):
-            return False
-        # As TF1 gives each incarnation a new coordinator: the tasks hooks started
-        # for the old one stop, and after_create_session starts them afresh.
-        coord = self._coord
-        coord._cancel_tasks()
-        if coord._stopped:
-            # A recoverable error reported to the coordinator (a lost peer, an input
-            # service gone): the old incarnation's threads are stopped and joined,
-            # and the coordinator starts clean.
-            with contextlib.suppress(Exception):
-                await coord.join(
-                    stop_grace_period_secs=self._stop_grace_period_secs,
-                    ignore_live_threads=True,
-                )
-            coord.clear_stop()
-        await self._create_with_recovery(recreating=True)
-        return True
-
-    def _recovery_pending(self) -> bool:
-        """Whether the coordinator holds a recoverable error this session will recover from."""
-        return (
-            self._recoverable
-            and isinstance(self._coord._exc, RECOVERABLE)
-            and isinstance(self._cluster, LocalCluster)
-            and (self._max_recoveries is None or self._recoveries < self._max_recoveries)
-        )
-
-    def _cause(self, exc: BaseException) -> BaseException | None:
-        """The recoverable error behind ``exc``: itself, or the one the coordinator holds.
-
-        A step that fails because the coordinator stopped (a cancelled wait, a closed
-        queue) hides the root cause; as TF1, the coordinator's recoverable error is
-        what counts.
-        """
-        if isinstance(exc, RECOVERABLE):
-            return exc
-        held = self._coord._exc
-        return held if isinstance(held, RECOVERABLE) else None
-
-    async def _recover_if_pending(self) -> None:
-        if self._coord._stopped and self._recovery_pending():
-            held = self._coord._exc
-            assert held is not None
-            await self._recover(held)
 
     # -- running steps ----------------------------------------------------------------------
     def should_stop(self) -> bool:
@@ -756,47 +514,6 @@ class MonitoredSession:
             # requested since then is agreed on at the end of the next step.
             return False
         return self._coord._stopped and not self._recovery_pending()
-
-    def raise_after_close(self, exc: BaseException) -> None:
-        """Stop, and raise ``exc`` from the ``async with`` once the session has closed.
-
-        For a hook whose verdict ends the run without it being a failure (Optuna's
-        ``TrialPruned``): the stop is requested through the coordinator, so it
-        takes effect after the current step, through the stop agreement of every
-        process; the close is a normal one (``end`` runs on every hook, a final
-        checkpoint and summaries are written); then ``exc`` is raised instead of
-        leaving the block normally. A failure of the session (an exception in the
-        block, a hook or a background task) is raised instead, ``exc`` dropped.
-        The first verdict asked for is the one raised.
-        """
-        if not isinstance(exc, BaseException):
-            raise TypeError(
-                f"raise_after_close takes an exception, got {type(exc).__name__}: {exc!r}"
-            )
-        if self._after_close is None:
-            self._after_close = exc
-        self._coord.request_stop()
-
-    def _log_stop(self, requested_by: str | None) -> None:
-        """Log who asked for the stop the processes agreed on."""
-        who = requested_by or self._coord.stop_requested_by
-        if who is None:
-            alone = isinstance(self._cluster, LocalCluster)
-            who = "an earlier stop request" if alone else "another process of the job"
-        log.info("Stopping after step %d: stop requested by %s", self._state.global_step, who)
-
-    def _agree_to_stop_now(self, local: bool, requested_by: str | None = None) -> bool:
-        """Take part in a stop agreement that every process holds at this same point.
-
-        Besides the one at the end of each step: before the first batch of an
-        input pipeline (``monitored.data``), or for a step this process sits out.
-        ``True`` when the processes agreed to stop (the loop then ends).
-        """
-        if self._cluster.agree_to_stop(local):
-            self._should_stop = self._stop_agreed = True
-            self._log_stop(requested_by)
-            return True
-        return False
 
     def _sit_out_step(self) -> None:
         """Take part in a step's stop agreement without running the step or its hooks.
@@ -1185,44 +902,6 @@ class MonitoredSession:
                 _name_of(step_fn),
             )
 
-    def call_after_hooks(self, callback: Callable[[], Any]) -> Any:
-        """Run ``callback()`` once every hook has handled the current event.
-
-        For work that must see what all hooks did in this step (or in this
-        ``after_create_session``): a checkpoint saver defers its save here, so the
-        checkpoint of step *k* holds every plugin's state as it is after all of
-        step *k*'s ``after_run`` calls, whatever the order of hooks. Callbacks run in
-        the order they were deferred, before the step's stop decision, and may be
-        ``async``. Deferred while hooks handle ``after_create_session``,
-        ``before_run`` and ``after_run``; ``None`` is returned then.
-
-        Outside those events (a hook's method called directly, as TF1 users' own
-        hook tests call ``hook.after_create_session(session, coord)``, or from
-        ``begin``) no other hook is to be waited for: ``callback()`` runs at once
-        and its result is returned. For an ``async`` callback that is an
-        awaitable, which the caller awaits, or returns from its own hook method
-        for the session to await.
-        """
-        if not self._busy:
-            return callback()
-        self._deferred.append(callback)
-        return None
-
-    async def _run_deferred(self) -> None:
-        deferred = self._deferred
-        while deferred:  # a callback may defer another one
-            callback = deferred.pop(0)
-            try:
-                result = callback()
-                if inspect.isawaitable(result):
-                    await result
-            except Exception as exc:
-                exc.add_note(
-                    f"raised in {_name_of(callback)}, deferred with call_after_hooks at step "
-                    f"{self._state.global_step}"
-                )
-                raise
-
     @staticmethod
     def _merge_feeds(
         feeds: dict[str, Any] | None,
@@ -1243,265 +922,6 @@ class MonitoredSession:
                 )
             feeds[key] = value
         return feeds
-
-    # -- services for hooks and plugins -----------------------------------------------------
-    async def call_hook(self, hook: str, *args: Any) -> list[Any]:
-        """Call every implementation of ``hook`` in order (for plugins' own events).
-
-        ``args`` are the hookspec's arguments in order; returns their results.
-        """
-        return await self._require_plan().call(hook, *args, step=self._state.global_step)
-
-    async def call_first(self, hook: str, *args: Any) -> Any:
-        """Call implementations of ``hook`` until one returns something other than ``None``."""
-        return await self._require_plan().call_first(hook, *args, step=self._state.global_step)
-
-    def fetch(self, fetches: Any) -> Any:
-        """Host values for a fetch structure, from the last step's outputs and the state."""
-        [answer] = fetch_many([(fetches, lambda: "session.fetch")], self._outputs, self._state)
-        return answer
-
-    async def write_summaries(self, step: int, summaries: Mapping[str, Any]) -> None:
-        """Hand ``summaries`` for ``step`` to every summary sink (``write_summaries``)."""
-        await self.call_hook("write_summaries", self, step, summaries)
-
-    async def report_evaluation(self, step: int, metrics: Mapping[str, float]) -> None:
-        """Tell every hook and plugin that an evaluation finished (``after_evaluate``).
-
-        ``step`` is the global step evaluated, ``metrics`` the results by name.
-        Call it from a hook that evaluates inside training, so early stopping,
-        progress and summaries plugins see the results.
-        """
-        await self.call_hook("after_evaluate", self, step, dict(metrics))
-
-    def merge_metrics(self, metrics: Iterable[Metric]) -> None:
-        """Merge ``metrics`` with the same metrics of the cluster's other processes.
-
-        Through the session's :class:`~monitored.Cluster`: alone, nothing
-        changes; under ``mpiexec`` (``monitored-mpi``) every rank then holds the
-        totals over all ranks. For a sharded evaluation (``evaluate_once(...,
-        sharded=True)`` calls it before reading the results); every process must
-        call it, with the same metrics in the same order.
-        """
-        self._cluster.merge_metrics(list(metrics))
-
-    def options_for(self, plugin: str) -> Mapping[str, Any]:
-        """The resolved options of ``plugin`` (declared with ``declare_options``).
-
-        Its defaults, overridden by ``MONITORED_PLUGIN_OPTIONS`` and then by the
-        session's ``plugin_options`` argument. Available once entered.
-        """
-        self._require_plan()
-        try:
-            return self._options[plugin]
-        except KeyError:
-            raise PluginError(
-                f"plugin {plugin!r} declares no options in this session (plugins that do: "
-                f"{sorted(self._options) or 'none'})",
-                plugin=plugin,
-            ) from None
-
-    def delegate_step_hooks(self, plugin: str, hook: object | None) -> None:
-        """Call ``hook.before_run`` and ``hook.after_run`` in place of installed ``plugin``'s.
-
-        For an installed plugin (a module, shared by every session) that keeps one hook
-        object per session: its module functions would look that object up and call it
-        at every step, two calls where one does. Called from the plugin's ``begin``,
-        this makes the session call the object's methods directly, at the plugin's
-        place in the call order, for the rest of the session. ``None`` says the plugin
-        has nothing to do at any step of this session (early stopping without a
-        ``monitor``): it then costs nothing per step. The plugin's other hooks are
-        called as before; an event the plugin does not implement stays uncalled.
-        """
-        plan = self._require_plan()
-        if not any(info.name == plugin for info in plan.infos):
-            raise PluginError(
-                f"delegate_step_hooks: no plugin {plugin!r} in this session (plugins: "
-                f"{', '.join(info.name for info in plan.infos) or 'none'})",
-                plugin=plugin,
-            )
-        before, after = self._step_calls
-        self._set_step_calls(_delegate(before, plugin, hook, 1), _delegate(after, plugin, hook, 2))
-
-    def skip_step_hooks(self, hook: object, until_step: int | None) -> None:
-        """Call ``hook``'s ``before_run`` and ``after_run`` again only from step ``until_step``.
-
-        For a hook that acts every ``N`` steps: on the steps in between the session
-        calls nothing of it, so they cost it nothing (a hook's call costs the loop
-        about 0.5 us, even one that returns at once). ``until_step`` is a global
-        step: the next ``before_run`` is that of the step that starts at global
-        step ``until_step - 1`` (the step that makes it ``until_step``), or of the
-        first step that starts past it. Call it from the hook's ``after_run`` with
-        the next step it is due at (``(step // N + 1) * N``); a step schedule only,
-        as a time schedule needs a call to read the clock. ``None`` skips them
-        for as long as the session is not created again (a hook with nothing to
-        do in this session).
-
-        ``hook`` is a hook object of this session (passed in ``hooks=``, or one
-        an installed plugin handed its step hooks to with
-        :meth:`delegate_step_hooks`) or an installed plugin's name. Its other
-        hooks (``end``, ``after_evaluate``...) are called as before, and values it
-        asked for with ``lag=1`` are still delivered to its ``after_run``. The skip
-        ends when the session is created again or restored (the global step may
-        go back), and a later call replaces an earlier one.
-        """
-        if until_step is not None and (
-            isinstance(until_step, bool) or not isinstance(until_step, int)
-        ):
-            raise TypeError(
-                f"skip_step_hooks: until_step must be a global step (int) or None, "
-                f"got {until_step!r}"
-            )
-        index = self._plugin_index_of(hook, "skip_step_hooks")
-        self._skipping[index] = _NEVER if until_step is None else until_step - 1
-        self._wake_at = -1  # the next step's start applies it
-
-    def _plugin_index_of(self, hook: object, what: str) -> int:
-        """The plugin index of ``hook`` (an object or an installed plugin's name)."""
-        plan = self._require_plan()
-        for index, info in enumerate(plan.infos):
-            if info.plugin is hook or (isinstance(hook, str) and info.name == hook):
-                return index
-        for call in (*self._step_calls[0], *self._step_calls[1]):
-            if getattr(call.call, "__self__", None) is hook:
-                return call.plugin_index
-        raise PluginError(
-            f"{what}: {hook!r} is not a hook of this session (its hooks and plugins: "
-            f"{', '.join(info.name for info in plan.infos) or 'none'})"
-        )
-
-    def _set_step_calls(self, before: tuple[HookCall, ...], after: tuple[HookCall, ...]) -> None:
-        """Call every one of ``before``/``after`` from the next step on; none is skipped."""
-        self._step_calls = (before, after)
-        self._before_run, self._after_run = before, after
-        self._skipping.clear()
-        self._wake_at = _NEVER
-
-    def _reschedule(self) -> None:
-        """Leave the skipped hooks out of this step's calls; call those due again."""
-        step = self._state.global_step
-        skipping = self._skipping
-        for index, wake in list(skipping.items()):
-            if wake <= step:
-                del skipping[index]
-        # A hook's lagged values are delivered at this step's after_run, skipped or not.
-        late = self._fetcher.pending_for() & skipping.keys()
-        before, after = self._step_calls
-        self._before_run = tuple(c for c in before if c.plugin_index not in skipping)
-        self._after_run = tuple(
-            c for c in after if c.plugin_index not in skipping or c.plugin_index in late
-        )
-        self._wake_at = step + 1 if late else min(skipping.values(), default=_NEVER)
-
-    def implements(self, hook: str) -> bool:
-        """Whether any registered hook or plugin implements ``hook``."""
-        return bool(self._require_plan()[hook])
-
-    @property
-    def has_summary_sinks(self) -> bool:
-        """Whether any plugin implements ``write_summaries``."""
-        return self.implements("write_summaries")
-
-    async def plugin_states(self) -> dict[str, dict[str, Any]]:
-        """Every plugin's ``plugin_state``, namespaced by plugin name and versioned."""
-        saved: dict[str, dict[str, Any]] = {}
-        for call, state in await self._require_plan().call_each("plugin_state", self):
-            if state is not None:
-                saved[call.info.name] = {
-                    "version": _state_version(call.info.plugin),
-                    "state": dict(state),
-                }
-        return saved
-
-    async def load_plugin_states(self, saved: Mapping[str, Mapping[str, Any]]) -> None:
-        """Give each plugin back what :meth:`plugin_states` saved for it.
-
-        A plugin with nothing saved starts fresh when the session is created, and
-        keeps the state it has on a later restore (a NaN guard's rollback, a
-        re-creation), as its hooks are not made again; that is said (at INFO)
-        only of plugins that hold state now, not of idle ones (an installed
-        early stopping plugin with no ``monitor`` saves nothing and loses
-        nothing). Each ``load_plugin_state`` is told the version its state was
-        saved under, so that it can migrate an older layout.
-        """
-        plan = self._require_plan()
-        holders = {call.plugin_index: call for call in plan["plugin_state"]}
-        for call in plan["load_plugin_state"]:
-            entry = saved.get(call.info.name)
-            if entry is None:
-                holder = holders.get(call.plugin_index)
-                idle = holder is None or await invoke(holder, (self,)) is None
-                log.log(
-                    logging.DEBUG if idle else logging.INFO,
-                    "No saved state for %s in what was restored; %s",
-                    call.info.describe(),
-                    "it keeps the state it has" if self._created_once else "it starts fresh",
-                )
-                continue
-            state = entry.get("state") if isinstance(entry, Mapping) else None
-            version = entry.get("version", 1) if isinstance(entry, Mapping) else None
-            if (
-                not isinstance(state, Mapping)
-                or isinstance(version, bool)
-                or not isinstance(version, int)
-                or version < 1
-            ):
-                raise PluginError(
-                    f"the saved state of {call.info.describe()} is malformed: expected "
-                    f"{{'version': int >= 1, 'state': mapping}}, got {_shape_of(entry)}",
-                    plugin=call.info.name,
-                    distribution=call.info.distribution,
-                    hook="load_plugin_state",
-                )
-            mine = _state_version(call.info.plugin)
-            if version > mine:
-                raise PluginError(
-                    f"the checkpoint holds state version {version} for {call.info.describe()}, "
-                    f"which reads versions up to {mine}; upgrade the plugin",
-                    plugin=call.info.name,
-                    distribution=call.info.distribution,
-                    hook="load_plugin_state",
-                )
-            await invoke(call, (self, state, version), self._state.global_step)
-
-    def _require_plan(self) -> CallPlan:
-        if self._plan is None:
-            raise RuntimeError("the session has not been entered yet")
-        return self._plan
-
-
-def _delegate(
-    calls: tuple[HookCall, ...], plugin: str, hook: object | None, arguments: int
-) -> tuple[HookCall, ...]:
-    """``calls`` with ``plugin``'s call made to ``hook``'s method of that event (or left out)."""
-    kept = []
-    for call in calls:
-        if call.info.name != plugin:
-            kept.append(call)
-            continue
-        method = getattr(hook, call.hook, None) if hook is not None else None
-        if method is None:
-            continue
-        try:
-            inspect.signature(method).bind(*range(arguments))
-        except (TypeError, ValueError):
-            raise PluginError(
-                f"delegate_step_hooks: {_name_of(hook)}.{call.hook} of plugin {plugin!r} must "
-                f"take the {call.hook} arguments in order "
-                f"({'run_context' if arguments == 1 else 'run_context, run_values'})",
-                plugin=plugin,
-                hook=call.hook,
-            ) from None
-        kept.append(call.delegated(method))
-    return tuple(kept)
-
-
-def _shape_of(entry: object) -> str:
-    """A short description of a malformed saved entry (never its whole content)."""
-    if isinstance(entry, Mapping):
-        fields = ", ".join(f"{k!r}: {type(v).__name__}" for k, v in list(entry.items())[:5])
-        return f"a mapping {{{fields}}}"
-    return f"a {type(entry).__name__}"
 
 
 @final
@@ -1659,62 +1079,3 @@ def _refuse_fetches(where: str, fetches: object) -> NoReturn:
 def _end_of_input(who: str) -> OutOfRangeError:
     """``StopIteration`` cannot cross a coroutine (PEP 479): it becomes this."""
     return OutOfRangeError(f"{who} raised StopIteration: the input is exhausted")
-
-
-def _log_plugins(infos: Iterable[PluginInfo], level: int, statuses: Mapping[str, str]) -> None:
-    """The "Loaded plugins" line: each installed plugin, with what it said it does."""
-    installed = []
-    for info in infos:
-        if info.distribution:
-            status = statuses.get(info.name)
-            note = f"; {_one_line(status)}" if status else ""
-            installed.append(f"{info.name} ({info.distribution} {info.version}{note})")
-    log.log(level, "Loaded plugins: %s", ", ".join(installed) if installed else "none installed")
-
-
-def _one_line(status: str) -> str:
-    """A plugin's status as a short phrase: text on one line, at most 120 characters."""
-    text = " ".join(status.split())
-    return text if len(text) <= 120 else text[:119] + "…"
-
-
-def _hook_list(returned: Any, call: HookCall) -> list[object]:
-    if returned is None:
-        return []
-    if isinstance(returned, str | bytes | Mapping) or not isinstance(returned, Iterable):
-        raise PluginError(
-            f"hook 'training_hooks' of {call.info.describe()} returned "
-            f"{type(returned).__name__}; it must return a list of hooks or None",
-            plugin=call.info.name,
-            distribution=call.info.distribution,
-            hook="training_hooks",
-        )
-    return list(returned)
-
-
-def _hook_name(hook: object, default: str) -> str:
-    """A hook's ``plugin_name`` attribute, else its position-based default name.
-
-    The name keys the hook's state in checkpoints: a stable ``plugin_name`` keeps
-    that state when the list of hooks is reordered.
-    """
-    name = getattr(hook, "plugin_name", None)
-    if name is None:
-        return default
-    if not isinstance(name, str) or not name:
-        raise PluginError(
-            f"hook {default!r}: plugin_name must be a non-empty string, got {name!r}",
-            plugin=default,
-        )
-    return name
-
-
-def _name_of(obj: object) -> str:
-    if inspect.ismodule(obj) or inspect.isroutine(obj) or inspect.isclass(obj):
-        return str(obj.__name__)
-    return public_class(obj).__name__
-
-
-def _state_version(plugin: object) -> int:
-    version = getattr(plugin, "plugin_state_version", 1)
-    return version if isinstance(version, int) else 1
