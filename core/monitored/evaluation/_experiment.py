@@ -81,7 +81,6 @@ _RUN_CONFIG_UNSUPPORTED: Final = {
 }
 
 
-@final
 class Experiment:
     """Training and evaluation of one model, run the ways TF's ``Experiment`` runs them.
 
