@@ -46,7 +46,9 @@ def _data(n: int = 256, seed: int = 0) -> tuple[dict[str, np.ndarray], np.ndarra
     return {"x": x}, labels.astype(np.int64)
 
 
-def logistic_model_fn(features: Any, labels: Any, mode: str, params: dict[str, Any]) -> EstimatorSpec:
+def logistic_model_fn(
+    features: Any, labels: Any, mode: str, params: dict[str, Any]
+) -> EstimatorSpec:
     """TF's custom-estimator shape: a logistic regression whose update is a function."""
     w = get_variable("w", (4,), initializer=np.zeros(4, np.float32))
     b = get_variable("b", (), initializer=0.0)
@@ -110,11 +112,18 @@ async def test_train_evaluate_predict(tmp_path: Path) -> None:
     assert set(predictions[0]) == {"probability", "class"}
     classes = np.array([p["class"] for p in predictions])
     np.testing.assert_array_equal(classes, (logits > 0).astype(np.int64))
-    only = [p async for p in est.predict(numpy_input_fn(x, batch_size=100, shuffle=False), predict_keys="class")]
+    only = [
+        p
+        async for p in est.predict(
+            numpy_input_fn(x, batch_size=100, shuffle=False), predict_keys="class"
+        )
+    ]
     assert set(only[0]) == {"class"}
 
 
-async def test_steps_continue_and_max_steps_reached_skips(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+async def test_steps_continue_and_max_steps_reached_skips(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     x, y = _data()
     est = _estimator(tmp_path)
     train_input = numpy_input_fn(x, y, batch_size=32, num_epochs=None, shuffle=True)
@@ -181,12 +190,19 @@ async def test_metric_spec_and_learn_runner(tmp_path: Path) -> None:
         await learn_runner.run(experiment_fn, output_dir=str(tmp_path / "lr"), schedule="fly")
 
 
-async def test_learn_runner_refuses_a_parameter_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_learn_runner_refuses_a_parameter_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TF_CONFIG", '{"task": {"type": "ps", "index": 0}}')
     with pytest.raises(EstimatorError, match="no parameter servers"):
-        await learn_runner.run(lambda output_dir: monitored.estimator.Experiment(
-            _estimator(tmp_path), numpy_input_fn(*_data(), shuffle=False), numpy_input_fn(*_data(), shuffle=False)
-        ), output_dir=str(tmp_path))
+        await learn_runner.run(
+            lambda output_dir: monitored.estimator.Experiment(
+                _estimator(tmp_path),
+                numpy_input_fn(*_data(), shuffle=False),
+                numpy_input_fn(*_data(), shuffle=False),
+            ),
+            output_dir=str(tmp_path),
+        )
 
 
 def test_model_fn_arguments_are_checked(tmp_path: Path) -> None:
@@ -217,7 +233,9 @@ def test_spec_is_checked() -> None:
 
 async def test_a_persistent_metric_object_is_refused(tmp_path: Path) -> None:
     x, y = _data()
-    await _estimator(tmp_path).train(numpy_input_fn(x, y, batch_size=32, shuffle=False), max_steps=5)
+    await _estimator(tmp_path).train(
+        numpy_input_fn(x, y, batch_size=32, shuffle=False), max_steps=5
+    )
     shared = m.Accuracy()
 
     def model_fn(features: Any, labels: Any, mode: str) -> EstimatorSpec:
@@ -263,7 +281,10 @@ def test_run_config() -> None:
 
 
 def test_run_config_reads_tf_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"chief": ["a:1"], "worker": ["b:1"]}, "task": {"type": "worker", "index": 0}}')
+    monkeypatch.setenv(
+        "TF_CONFIG",
+        '{"cluster": {"chief": ["a:1"], "worker": ["b:1"]}, "task": {"type": "worker", "index": 0}}',
+    )
     config = RunConfig()
     assert (config.task_type, config.task_id, config.is_chief) == ("worker", 0, False)
     monkeypatch.setenv("TF_CONFIG", "{nope")
@@ -276,7 +297,11 @@ def test_numpy_input_fn() -> None:
         numpy_input_fn(np.zeros(3))
     with pytest.raises(EstimatorError, match="same number of rows"):
         numpy_input_fn(np.zeros(3), np.zeros(4), shuffle=False)
-    batches = list(numpy_input_fn({"a": np.arange(5)}, np.arange(5), batch_size=2, num_epochs=2, shuffle=False)())
+    batches = list(
+        numpy_input_fn(
+            {"a": np.arange(5)}, np.arange(5), batch_size=2, num_epochs=2, shuffle=False
+        )()
+    )
     assert [len(f["a"]) for f, _ in batches] == [2, 2, 1, 2, 2, 1]
     first = list(numpy_input_fn(np.arange(10), batch_size=10, shuffle=True, seed=3)())
     again = list(numpy_input_fn(np.arange(10), batch_size=10, shuffle=True, seed=3)())

@@ -67,16 +67,26 @@ class RunConfig:
         values.update(task)
         values.update(fields)
         values["model_dir"] = os.fspath(model_dir) if model_dir is not None else None
-        if values["save_checkpoints_steps"] is not None and values["save_checkpoints_secs"] is not None:
+        if (
+            values["save_checkpoints_steps"] is not None
+            and values["save_checkpoints_secs"] is not None
+        ):
             raise EstimatorError(
                 "RunConfig: save_checkpoints_steps and save_checkpoints_secs cannot both be set"
             )
         if values["save_checkpoints_steps"] is None and values["save_checkpoints_secs"] is None:
             values["save_checkpoints_secs"] = 600
-        for name in ("save_summary_steps", "save_checkpoints_steps", "keep_checkpoint_max",
-                     "log_step_count_steps", "tf_random_seed"):
+        for name in (
+            "save_summary_steps",
+            "save_checkpoints_steps",
+            "keep_checkpoint_max",
+            "log_step_count_steps",
+            "tf_random_seed",
+        ):
             value = values[name]
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
                 raise EstimatorError(f"RunConfig({name}={value!r}): a whole number >= 0 or None")
         for name, value in values.items():
             object.__setattr__(self, name, value)

@@ -17,7 +17,7 @@ import inspect
 import logging
 import os
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, final
 
 import numpy as np
@@ -48,19 +48,27 @@ _RESERVED: Final = frozenset({"loss", "global_step"})
 
 
 @final
-class _BuildState(TrainState):
-    """The scratch state of a build call: remembers each entry's value when it was created."""
+class _FirstValues(dict[str, Any]):
+    """A state's entries that also remember each one's value when it was created."""
 
     __slots__ = ("created",)
 
-    def __init__(self, seed: int | None) -> None:
-        super().__init__(seed=seed)
+    def __init__(self) -> None:
+        super().__init__()
         self.created: dict[str, Any] = {}
 
     def __setitem__(self, name: str, value: Any) -> None:
-        if name not in self and is_array(value):
+        if name not in self:
             self.created[name] = value.copy()
         super().__setitem__(name, value)
+
+
+def _build_state(seed: int | None) -> tuple[TrainState, _FirstValues]:
+    """The scratch state of a build call, and the record of its entries' first values."""
+    state = TrainState(seed=seed)
+    record = _FirstValues()
+    state._arrays = record  # the state's own dict of entries, recording
+    return state, record
 
 
 @final
@@ -69,9 +77,9 @@ class _Built:
 
     __slots__ = ("entries", "non_trainable", "rng_state", "spec")
 
-    def __init__(self, spec: EstimatorSpec, scratch: _BuildState) -> None:
+    def __init__(self, spec: EstimatorSpec, scratch: TrainState, record: _FirstValues) -> None:
         self.spec = spec
-        self.entries = scratch.created
+        self.entries = record.created
         self.non_trainable = frozenset(scratch.non_trainable)
         self.rng_state = scratch.rng_state
 
@@ -84,7 +92,7 @@ class _Built:
 
 @final
 class _LossSummary:
-    """Writes the training loss to the summary sinks every ``every_n_steps``: TF's ``loss`` scalar."""
+    """Writes the training loss to the summary sinks every ``every_n_steps`` (TF's ``loss``)."""
 
     __slots__ = ("_due", "_every", "_session")
 
@@ -156,7 +164,8 @@ class Estimator:
             config = RunConfig()
         elif not isinstance(config, RunConfig):
             raise EstimatorError(
-                f"Estimator(config=...): a monitored.estimator.RunConfig, not {type(config).__name__}"
+                "Estimator(config=...): a monitored.estimator.RunConfig, not "
+                f"{type(config).__name__}"
             )
         given = os.fspath(model_dir) if model_dir is not None else None
         if given is not None and config.model_dir is not None and given != config.model_dir:
@@ -169,7 +178,9 @@ class Estimator:
             directory = tempfile.mkdtemp(prefix="monitored-estimator-")
             log.warning("Using a temporary folder as model directory: %s", directory)
         self._model_dir = directory
-        self._config = config.replace(model_dir=directory) if config.model_dir != directory else config
+        self._config = (
+            config.replace(model_dir=directory) if config.model_dir != directory else config
+        )
         self._model_fn = model_fn
         self._params = dict(params) if params is not None else {}
         self._warm_start_from = os.fspath(warm_start_from) if warm_start_from is not None else None
@@ -215,7 +226,9 @@ class Estimator:
         if steps is not None and max_steps is not None:
             raise EstimatorError("Estimator.train: can not provide both steps and max_steps")
         for name, value in (("steps", steps), ("max_steps", max_steps)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value <= 0
+            ):
                 raise EstimatorError(f"Estimator.train: must specify {name} > 0, got {value!r}")
         if max_steps is not None:
             latest = self._latest_step()
@@ -227,7 +240,11 @@ class Estimator:
                 )
                 return self
         built = self._build(input_fn, ModeKeys.TRAIN)
-        run_hooks: list[object] = [*built.spec.training_hooks, *(hooks or ()), *(saving_listeners or ())]
+        run_hooks: list[object] = [
+            *built.spec.training_hooks,
+            *(hooks or ()),
+            *(saving_listeners or ()),
+        ]
         if steps is not None:
             run_hooks.append(StopAtStepHook(num_steps=steps))
         if self._config.save_summary_steps:
@@ -254,15 +271,12 @@ class Estimator:
         ``metrics`` (contrib's :class:`MetricSpec`) are merged over the batches.
         """
         specs = _check_metric_specs(metrics)
-        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps <= 0):
+        if steps is not None and (
+            isinstance(steps, bool) or not isinstance(steps, int) or steps <= 0
+        ):
             raise EstimatorError(f"Estimator.evaluate: must specify steps > 0, got {steps!r}")
         built = self._build(input_fn, ModeKeys.EVAL)
         folder = f"eval_{name}" if name else "eval"
-        where: dict[str, Any] = (
-            {"checkpoint_path": os.fspath(checkpoint_path)}
-            if checkpoint_path is not None
-            else {"checkpoint_dir": self._model_dir}
-        )
         result = await evaluate_once(
             self._eval_step(specs),
             self._eval_metrics(),
@@ -270,7 +284,8 @@ class Estimator:
             eval_steps=steps,
             hooks=[*built.spec.evaluation_hooks, *(hooks or ())],
             summary_dir=default_summary_dir(self._model_dir, folder),
-            **where,
+            checkpoint_path=checkpoint_path,
+            checkpoint_dir=self._model_dir if checkpoint_path is None else None,
         )
         return {**result.metrics, "global_step": result.global_step}
 
@@ -298,16 +313,17 @@ class Estimator:
             features, labels = split_batch(batch)
             spec = self._call(features, labels, ModeKeys.PREDICT, state)
             collected.append(_chosen(spec.predictions, keys))
-            metrics["examples"].update(np.zeros(_rows(spec.predictions)))
+            examples: Any = metrics["examples"]
+            examples.update(np.zeros(_rows(spec.predictions)))
 
-        path = os.fspath(checkpoint_path) if checkpoint_path is not None else None
         await evaluate_once(
             predict_step,
             {"examples": Mean()},
             input=_batches(input_fn, "predict"),
             hooks=[*built.spec.prediction_hooks, *(hooks or ())],
             summary_dir=None,
-            **({"checkpoint_path": path} if path else {"checkpoint_dir": self._model_dir}),
+            checkpoint_path=checkpoint_path,
+            checkpoint_dir=self._model_dir if checkpoint_path is None else None,
         )
         for predictions in collected:
             if not yield_single_examples:
@@ -355,14 +371,18 @@ class Estimator:
     def _latest_step(self) -> int | None:
         try:
             path = self.latest_checkpoint()
-        except Exception:  # noqa: BLE001 - no checkpoint plugin: the session will say so
+        except Exception:
             return None
         if path is None:
             return None
         found = provider("checkpoint", "Estimator reads checkpoints").call(
             "list_checkpoints", checkpoint_dir=self._model_dir
         )
-        steps = [step for listed, step, _ in (found or ()) if os.path.basename(listed) == os.path.basename(path)]
+        steps = [
+            step
+            for listed, step, _ in (found or ())
+            if os.path.basename(listed) == os.path.basename(path)
+        ]
         return steps[-1] if steps else None
 
     def _call(self, features: Any, labels: Any, mode: str, state: TrainState) -> EstimatorSpec:
@@ -407,12 +427,12 @@ class Estimator:
             close = getattr(batches, "close", None)
             if close is not None:
                 close()
-        scratch = _BuildState(self._config.tf_random_seed)
+        scratch, record = _build_state(self._config.tf_random_seed)
         features, labels = split_batch(first)
         spec = self._call(features, labels, mode, scratch)
         if mode == ModeKeys.TRAIN and callable(spec.train_op):
             spec.train_op()  # an update given as a function counts in the build as well
-        return _Built(spec, scratch)
+        return _Built(spec, scratch, record)
 
     def _experiment(
         self,
@@ -464,14 +484,15 @@ class Estimator:
     def _eval_step(
         self, specs: Iterable[tuple[str, MetricSpec]]
     ) -> Callable[[TrainState, Any, dict[str, Metric]], dict[str, Any]]:
-        """The eval step: ``model_fn`` in EVAL mode, its loss and metrics merged into ``metrics``."""
+        """The eval step: ``model_fn`` in EVAL mode; its loss and metrics go into ``metrics``."""
         metric_specs = list(specs)
         last: dict[str, int] = {}
 
         def eval_step(state: TrainState, batch: Any, metrics: dict[str, Metric]) -> dict[str, Any]:
             features, labels = split_batch(batch)
             spec = self._call(features, labels, ModeKeys.EVAL, state)
-            metrics["loss"].update(spec.loss)
+            loss: Any = metrics["loss"]
+            loss.update(spec.loss)
             for name, metric in (spec.eval_metric_ops or {}).items():
                 if id(metric) == last.get(name) or metric is metrics.get(name):
                     raise ModelFnError(
@@ -499,7 +520,9 @@ def _model_fn_args(model_fn: Callable[..., Any]) -> tuple[str, ...]:
     try:
         parameters = inspect.signature(model_fn).parameters
     except (TypeError, ValueError):
-        raise EstimatorError(f"Estimator: cannot read model_fn {_name(model_fn)}'s arguments") from None
+        raise EstimatorError(
+            f"Estimator: cannot read model_fn {_name(model_fn)}'s arguments"
+        ) from None
     names = tuple(
         name
         for name, p in parameters.items()
@@ -521,9 +544,12 @@ def _batches(input_fn: Callable[[], Any], mode: str) -> Iterable[Any]:
     if not callable(input_fn):
         raise EstimatorError(f"Estimator ({mode}): input_fn {input_fn!r} is not callable")
     batches = input_fn()
-    if isinstance(batches, Pipeline) or not isinstance(batches, Iterable) or isinstance(
-        batches, str | bytes | Mapping
-    ) or is_array(batches):
+    if (
+        isinstance(batches, Pipeline)
+        or not isinstance(batches, Iterable)
+        or isinstance(batches, str | bytes | Mapping)
+        or is_array(batches)
+    ):
         raise EstimatorError(
             f"Estimator ({mode}): input_fn {_name(input_fn)} returned "
             f"{type(batches).__name__}; it must return an iterable of batches, each "
@@ -537,7 +563,9 @@ def _check_metric_specs(metrics: Mapping[str, MetricSpec] | None) -> list[tuple[
     if metrics is None:
         return []
     if not isinstance(metrics, Mapping):
-        raise EstimatorError(f"metrics=: a dict of names to MetricSpec, not {type(metrics).__name__}")
+        raise EstimatorError(
+            f"metrics=: a dict of names to MetricSpec, not {type(metrics).__name__}"
+        )
     for name, spec in metrics.items():
         if not isinstance(spec, MetricSpec):
             raise EstimatorError(f"metrics[{name!r}]: a MetricSpec, not {type(spec).__name__}")
@@ -582,5 +610,3 @@ def _host(value: Any) -> np.ndarray[Any, Any]:
 
 def _name(fn: object) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
-
-

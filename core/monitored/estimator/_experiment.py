@@ -1,4 +1,4 @@
-"""``Experiment(estimator, train_input_fn, eval_input_fn, ...)``: contrib's Experiment of an Estimator."""
+"""``Experiment(estimator, train_input_fn, eval_input_fn, ...)``: contrib's, of an Estimator."""
 
 from __future__ import annotations
 
@@ -72,5 +72,3 @@ class Experiment(StepExperiment):
             keep_checkpoint_every_n_hours=config.keep_checkpoint_every_n_hours,
             **{**config.session_options(), **options},
         )
-
-

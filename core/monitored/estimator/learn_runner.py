@@ -22,7 +22,14 @@ from ._errors import EstimatorError
 __all__ = ["run"]
 
 #: The schedules an Experiment has, and TF's default schedule for each task type.
-_SCHEDULES = ("train", "evaluate", "continuous_eval", "train_and_evaluate", "continuous_train_and_eval", "test")
+_SCHEDULES = (
+    "train",
+    "evaluate",
+    "continuous_eval",
+    "train_and_evaluate",
+    "continuous_train_and_eval",
+    "test",
+)
 _DEFAULT_FOR_TASK = {
     None: "train_and_evaluate",
     "chief": "train",
@@ -69,6 +76,7 @@ async def run(
     if schedule not in _SCHEDULES or not callable(getattr(experiment, schedule, None)):
         available = [name for name in _SCHEDULES if callable(getattr(experiment, name, None))]
         raise EstimatorError(
-            f"learn_runner.run(schedule={schedule!r}): not a schedule; the Experiment has {available}"
+            f"learn_runner.run(schedule={schedule!r}): not a schedule; the Experiment "
+            f"has {available}"
         )
     return await getattr(experiment, schedule)()

@@ -18,7 +18,7 @@ import logging
 import math
 import os
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Final, final
+from typing import Any, Final
 
 import anyio
 
