@@ -307,3 +307,50 @@ def test_numpy_input_fn() -> None:
     again = list(numpy_input_fn(np.arange(10), batch_size=10, shuffle=True, seed=3)())
     np.testing.assert_array_equal(first[0], again[0])
     assert sorted(first[0].tolist()) == list(range(10))
+
+
+async def test_nothing_to_evaluate_or_predict_yet(tmp_path: Path) -> None:
+    x, y = _data()
+    est = _estimator(tmp_path)
+    with pytest.raises(monitored.evaluation.NoCheckpointError):
+        await est.evaluate(numpy_input_fn(x, y, shuffle=False))
+    with pytest.raises(EstimatorError, match="no checkpoint in model_dir .*train first"):
+        [p async for p in est.predict(numpy_input_fn(x, shuffle=False))]
+    with pytest.raises(EstimatorError, match="no checkpoint in model_dir"):
+        est.get_variable_names()
+
+
+async def test_spec_hooks_join_the_run_and_warm_start(tmp_path: Path) -> None:
+    """The first call's training_hooks see every step; warm_start_from fills a fresh run."""
+    x, y = _data()
+    seen: list[int] = []
+
+    class Count:
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            seen.append(run_context.session.state.global_step)
+
+    counter = Count()
+
+    def model_fn(features: Any, labels: Any, mode: str, params: dict[str, Any]) -> EstimatorSpec:
+        spec = logistic_model_fn(features, labels, mode, params)
+        if mode != ModeKeys.TRAIN:
+            return spec
+        return EstimatorSpec(mode, loss=spec.loss, train_op=spec.train_op, training_hooks=[counter])
+
+    first = Estimator(
+        model_fn,
+        model_dir=tmp_path / "first",
+        params={"optimizer": monitored.GradientDescentOptimizer(0.5)},
+    )
+    await first.train(
+        numpy_input_fn(x, y, batch_size=32, num_epochs=None, shuffle=True), max_steps=7
+    )
+    assert seen == [1, 2, 3, 4, 5, 6, 7]
+    warm = Estimator(
+        logistic_model_fn,
+        model_dir=tmp_path / "warm",
+        params={"optimizer": monitored.GradientDescentOptimizer(0.0)},
+        warm_start_from=tmp_path / "first",
+    )
+    await warm.train(numpy_input_fn(x, y, batch_size=32, shuffle=False), max_steps=1)
+    np.testing.assert_array_equal(warm.get_variable_value("w"), first.get_variable_value("w"))

@@ -30,7 +30,12 @@ from .._core._scaffold import Scaffold
 from .._core._state import TrainState
 from ..data import Pipeline
 from ..evaluation import Experiment, evaluate_once
-from ..evaluation._evaluate import default_summary_dir
+from ..evaluation._evaluate import (
+    EvaluationSession,
+    _filled_by_the_restore,
+    _RestoreFromCheckpoint,
+    default_summary_dir,
+)
 from ..metrics import Mean, Metric
 from ._config import RunConfig
 from ._errors import EstimatorError, ModelFnError
@@ -307,24 +312,35 @@ class Estimator:
         """
         keys = [predict_keys] if isinstance(predict_keys, str) else predict_keys
         built = self._build(input_fn, ModeKeys.PREDICT)
+        path = os.fspath(checkpoint_path) if checkpoint_path is not None else None
+        if path is None:
+            path = self.latest_checkpoint()
+            if path is None:
+                raise EstimatorError(
+                    f"Estimator.predict: no checkpoint in model_dir {self._model_dir!r}; "
+                    "train first"
+                )
         collected: list[Any] = []
 
-        def predict_step(state: TrainState, batch: Any, metrics: Mapping[str, Metric]) -> None:
+        def predict_step(state: TrainState, batch: Any) -> None:
             features, labels = split_batch(batch)
             spec = self._call(features, labels, ModeKeys.PREDICT, state)
             collected.append(_chosen(spec.predictions, keys))
-            examples: Any = metrics["examples"]
-            examples.update(np.zeros(_rows(spec.predictions)))
 
-        await evaluate_once(
-            predict_step,
-            {"examples": Mean()},
-            input=_batches(input_fn, "predict"),
-            hooks=[*built.spec.prediction_hooks, *(hooks or ())],
-            summary_dir=None,
-            checkpoint_path=checkpoint_path,
-            checkpoint_dir=self._model_dir if checkpoint_path is None else None,
+        session = EvaluationSession(
+            TrainState(),
+            hooks=[
+                _RestoreFromCheckpoint(path, doing="Predicting with"),
+                *built.spec.prediction_hooks,
+                *(hooks or ()),
+            ],
+            scaffold=Scaffold(init_fn=_filled_by_the_restore),
         )
+        async with session as sess:
+            for batch in _batches(input_fn, ModeKeys.PREDICT):
+                if sess.should_stop():
+                    break
+                await sess.run(predict_step, batch)
         for predictions in collected:
             if not yield_single_examples:
                 yield predictions
