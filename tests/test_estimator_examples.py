@@ -91,3 +91,42 @@ def test_custom_estimator_resumes_bit_for_bit_after_sigkill(tmp_path: Path) -> N
                 resumed.get_variable_value(name), straight.get_variable_value(name), err_msg=name
             )
         assert _newest_step(directory) == last
+
+
+def _arrays(port: Any, directory: Path) -> dict[str, np.ndarray]:
+    estimator = port.build_estimator(str(directory), 0)
+    return {name: estimator.get_variable_value(name) for name in estimator.get_variable_names()}
+
+
+def test_learn_runner_port_learns_with_its_metric_spec(tmp_path: Path) -> None:
+    port = load("tf1_learn_runner")
+    result = anyio.run(port.run, str(tmp_path), 600)
+    assert result.global_step == 600
+    assert result.metrics["accuracy"] > 0.9
+    (_, _), (x_eval, y_eval) = port.load_data(0)
+    arrays = _arrays(port, tmp_path)
+    hidden = np.maximum(x_eval @ arrays["dense/kernel"] + arrays["dense/bias"], 0)
+    classes = (hidden @ arrays["logits/kernel"] + arrays["logits/bias"]).argmax(axis=1)
+    assert result.metrics["accuracy"] == pytest.approx(float(np.mean(classes == y_eval)))
+
+
+def test_learn_runner_port_resumes_bit_for_bit_after_sigkill(tmp_path: Path) -> None:
+    """Dropout draws from the state's generator: a resumed run drops the same units."""
+    port = load("tf1_learn_runner")
+    rng = random.Random(37)
+    directory = tmp_path / "killed"
+    _kill_at_a_random_point(
+        "tf1_learn_runner.py",
+        ["--train-steps", "100000000", "--output-path", str(directory)],
+        directory,
+        150,
+        tmp_path / "child.log",
+        rng,
+    )
+    last = _newest_step(directory) + rng.randint(1, 120)
+    anyio.run(port.run, str(directory), last)
+    anyio.run(port.run, str(tmp_path / "straight"), last)
+    resumed, straight = _arrays(port, directory), _arrays(port, tmp_path / "straight")
+    assert sorted(resumed) == sorted(straight)
+    for name in straight:
+        np.testing.assert_array_equal(resumed[name], straight[name], err_msg=name)
