@@ -157,7 +157,8 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     result = anyio.run(run, args.output_path, args.train_steps, args.seed)
     print(
-        f"after {result.global_step} steps: accuracy {result.metrics['accuracy']:.4f}, loss {result.metrics['loss']:.4f}"
+        f"after {result.global_step} steps: accuracy {result.metrics['accuracy']:.4f}, "
+        f"loss {result.metrics['loss']:.4f}"
     )
 
 

@@ -8,7 +8,7 @@ runs on one batch of NumPy or CuPy arrays and returns an
 ``tf.contrib.learn``'s. See ``docs/estimator.md``.
 """
 
-from . import learn_runner
+from . import learn_runner as learn_runner  # the module, as tf.contrib.learn.learn_runner
 from ._config import RunConfig
 from ._errors import EstimatorError, ModelFnError
 from ._estimator import Estimator
@@ -36,7 +36,6 @@ __all__ = [
     "get_global_step",
     "get_variable",
     "glorot_uniform_initializer",
-    "learn_runner",
     "numpy_input_fn",
     "zeros_initializer",
 ]

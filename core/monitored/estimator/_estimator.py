@@ -502,7 +502,6 @@ class Estimator:
     ) -> Callable[[TrainState, Any, dict[str, Metric]], dict[str, Any]]:
         """The eval step: ``model_fn`` in EVAL mode; its loss and metrics go into ``metrics``."""
         metric_specs = list(specs)
-        last: dict[str, int] = {}
 
         def eval_step(state: TrainState, batch: Any, metrics: dict[str, Metric]) -> dict[str, Any]:
             features, labels = split_batch(batch)
@@ -510,14 +509,13 @@ class Estimator:
             loss: Any = metrics["loss"]
             loss.update(spec.loss)
             for name, metric in (spec.eval_metric_ops or {}).items():
-                if id(metric) == last.get(name) or metric is metrics.get(name):
+                if metric is metrics.get(name):
                     raise ModelFnError(
                         f"model_fn {_name(self._model_fn)}: eval_metric_ops[{name!r}] is the "
                         "same metric object as for the last batch; return a new metric updated "
                         "with this batch only (metrics.Accuracy().updated(labels, predictions)): "
                         "the estimator adds the batches up"
                     )
-                last[name] = id(metric)
                 if name in metrics:
                     metrics[name].merge(metric)
                 else:
