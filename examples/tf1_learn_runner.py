@@ -137,14 +137,14 @@ def generate_experiment_fn(
     return experiment_fn
 
 
-async def run(
-    output_path: str, train_steps: int, seed: int = 0
-) -> monitored.evaluation.EvaluationResult:
-    """``learn_runner.run`` of the trainer's experiment: the last evaluation's result."""
-    result: monitored.evaluation.EvaluationResult = await learn_runner.run(
+async def run(output_path: str, train_steps: int, seed: int = 0) -> dict[str, Any]:
+    """``learn_runner.run`` of the trainer's experiment: the final evaluation's result."""
+    eval_result, export_results = await learn_runner.run(
         generate_experiment_fn(train_steps=train_steps, seed=seed, min_eval_frequency=200),
         output_path,
     )
+    assert export_results == []  # no export_strategies: nothing is exported here
+    result: dict[str, Any] = eval_result
     return result
 
 
@@ -157,8 +157,8 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     result = anyio.run(run, args.output_path, args.train_steps, args.seed)
     print(
-        f"after {result.global_step} steps: accuracy {result.metrics['accuracy']:.4f}, "
-        f"loss {result.metrics['loss']:.4f}"
+        f"after {result['global_step']} steps: accuracy {result['accuracy']:.4f}, "
+        f"loss {result['loss']:.4f}"
     )
 
 

@@ -101,13 +101,13 @@ def _arrays(port: Any, directory: Path) -> dict[str, np.ndarray]:
 def test_learn_runner_port_learns_with_its_metric_spec(tmp_path: Path) -> None:
     port = load("tf1_learn_runner")
     result = anyio.run(port.run, str(tmp_path), 600)
-    assert result.global_step == 600
-    assert result.metrics["accuracy"] > 0.9
+    assert result["global_step"] == 600
+    assert result["accuracy"] > 0.9
     (_, _), (x_eval, y_eval) = port.load_data(0)
     arrays = _arrays(port, tmp_path)
     hidden = np.maximum(x_eval @ arrays["dense/kernel"] + arrays["dense/bias"], 0)
     classes = (hidden @ arrays["logits/kernel"] + arrays["logits/bias"]).argmax(axis=1)
-    assert result.metrics["accuracy"] == pytest.approx(float(np.mean(classes == y_eval)))
+    assert result["accuracy"] == pytest.approx(float(np.mean(classes == y_eval)))
 
 
 def test_learn_runner_port_resumes_bit_for_bit_after_sigkill(tmp_path: Path) -> None:

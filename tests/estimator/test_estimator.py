@@ -172,9 +172,10 @@ async def test_metric_spec_and_learn_runner(tmp_path: Path) -> None:
             min_eval_frequency=20,
         )
 
-    result = await learn_runner.run(experiment_fn, output_dir=str(tmp_path / "lr"))
-    assert result.global_step == 40
-    assert {"loss", "accuracy", "recall"} <= set(result.metrics)
+    result, exports = await learn_runner.run(experiment_fn, output_dir=str(tmp_path / "lr"))
+    assert exports == []
+    assert result["global_step"] == 40
+    assert set(result) == {"loss", "accuracy", "recall", "global_step"}
     est = Estimator(
         logistic_model_fn,
         model_dir=tmp_path / "lr",
@@ -183,7 +184,7 @@ async def test_metric_spec_and_learn_runner(tmp_path: Path) -> None:
     w, b = est.get_variable_value("w"), est.get_variable_value("b")
     predicted = (x["x"] @ w + b) > 0
     recall = np.sum(predicted & (y == 1)) / np.sum(y == 1)
-    assert result.metrics["recall"] == pytest.approx(recall)
+    assert result["recall"] == pytest.approx(recall)
     with pytest.raises(EstimatorError, match="exactly one of output_dir and run_config"):
         await learn_runner.run(experiment_fn)
     with pytest.raises(EstimatorError, match="not a schedule"):
@@ -354,3 +355,67 @@ async def test_spec_hooks_join_the_run_and_warm_start(tmp_path: Path) -> None:
     )
     await warm.train(numpy_input_fn(x, y, batch_size=32, shuffle=False), max_steps=1)
     np.testing.assert_array_equal(warm.get_variable_value("w"), first.get_variable_value("w"))
+
+
+def _experiment(tmp_path: Path, **kwargs: Any) -> monitored.estimator.Experiment:
+    x, y = _data()
+    return monitored.estimator.Experiment(
+        _estimator(tmp_path),
+        train_input_fn=numpy_input_fn(x, y, batch_size=32, num_epochs=None, shuffle=True),
+        eval_input_fn=numpy_input_fn(x, y, batch_size=64, shuffle=False),
+        **kwargs,
+    )
+
+
+async def test_contrib_rounds_are_whole_and_evaluate_into_eval_one_pass(tmp_path: Path) -> None:
+    """TF 1.x: 25 steps in rounds of 10 train 10, 20, 30 and evaluate each into eval_one_pass."""
+    seen: list[int] = []
+
+    class Evaluated:
+        def end(self, session: Any) -> None:
+            seen.append(session.state.global_step)
+
+    experiment = _experiment(
+        tmp_path, train_steps=25, train_steps_per_iteration=10, eval_hooks=[Evaluated()]
+    )
+    result, exports = await experiment.continuous_train_and_eval()
+    assert exports == []
+    assert result is not None
+    assert result["global_step"] == 30
+    assert seen == [10, 20, 30]
+    assert list((tmp_path / "model" / "eval_one_pass").glob("events.out.tfevents.*"))
+    assert not (tmp_path / "model" / "eval").exists()
+
+
+async def test_contrib_test_local_run_and_train_data_evaluation(tmp_path: Path) -> None:
+    experiment = _experiment(tmp_path / "a", train_steps=12, min_eval_frequency=0)
+    tested = await experiment.test()
+    assert tested["global_step"] == 1
+    result, _ = await experiment.local_run()
+    assert result["global_step"] == 12
+    on_train = await experiment.continuous_eval_on_train_data(
+        delay_secs=0, throttle_delay_secs=0, continuous_eval_predicate_fn=lambda r: False
+    )
+    assert [r.global_step for r in on_train] == [12]
+    assert list((tmp_path / "a" / "model" / "eval_train").glob("events.out.tfevents.*"))
+
+
+def test_a_broken_eval_input_or_eval_mode_fails_when_the_experiment_is_made(tmp_path: Path) -> None:
+    x, y = _data()
+    with pytest.raises(EstimatorError, match="iterable of batches"):
+        monitored.estimator.Experiment(
+            _estimator(tmp_path), numpy_input_fn(x, y, shuffle=False), lambda: 3
+        )
+
+    def no_eval(features: Any, labels: Any, mode: str, params: dict[str, Any]) -> EstimatorSpec:
+        if mode == ModeKeys.EVAL:
+            return EstimatorSpec(ModeKeys.PREDICT, predictions=features["x"])
+        return logistic_model_fn(features, labels, mode, params)
+
+    est = Estimator(no_eval, model_dir=tmp_path / "b", params={"optimizer": OPTIMIZER})
+    with pytest.raises(ModelFnError, match="called in mode 'eval'"):
+        monitored.estimator.Experiment(
+            est, numpy_input_fn(x, y, shuffle=False), numpy_input_fn(x, y, shuffle=False)
+        )
+    with pytest.raises(EstimatorError, match="a monitored.estimator.Estimator"):
+        monitored.estimator.Experiment(object(), list, list)  # type: ignore[arg-type]
