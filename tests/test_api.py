@@ -15,6 +15,7 @@ import pytest
 
 import monitored
 import monitored.data
+import monitored.estimator
 import monitored.evaluation
 import monitored.metrics
 import monitored.supervisor
@@ -39,6 +40,7 @@ def test_all_lists_exactly_the_public_names() -> None:
         monitored.metrics,
         monitored.evaluation,
         monitored.supervisor,
+        monitored.estimator,
     ],
 )
 def test_each_capability_subpackage_lists_exactly_its_public_names(subpackage: Any) -> None:
@@ -55,6 +57,7 @@ def test_each_capability_subpackage_lists_exactly_its_public_names(subpackage: A
         monitored.metrics,
         monitored.evaluation,
         monitored.supervisor,
+        monitored.estimator,
     ],
 )
 def test_errors_of_each_subpackage_report_a_public_module(subpackage: Any) -> None:

@@ -215,7 +215,9 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
 }
 _LAZY: dict[str, str] = {name: module for module, names in _LAZY_MODULES.items() for name in names}
 #: Subpackages that ``import monitored`` made attributes when it imported them all.
-_SUBMODULES = frozenset({"data", "evaluation", "hookspecs", "metrics", "supervisor", "train"})
+_SUBMODULES = frozenset(
+    {"data", "estimator", "evaluation", "hookspecs", "metrics", "supervisor", "train"}
+)
 
 _PRIVATE = "monitored._core."
 

@@ -103,18 +103,20 @@ class _RestoreFromCheckpoint:
     holds the checkpoint already (:func:`_pick_together` restored it).
     """
 
-    __slots__ = ("path", "restored")
+    __slots__ = ("doing", "path", "restored")
 
     plugin_name = "evaluation-restore"
 
-    def __init__(self, path: str, restored: bool = False) -> None:
+    def __init__(self, path: str, restored: bool = False, doing: str = "Evaluating") -> None:
         self.path = path
         self.restored = restored
+        #: What the log line says is done with the checkpoint (``Estimator.predict`` predicts).
+        self.doing = doing
 
     async def restore_state(self, session: MonitoredSession) -> str:
         if not self.restored:
             _checkpoint_module("evaluate a checkpoint").restore(session.state, self.path)
-        log.info("Evaluating %s (step %d)", self.path, session.state.global_step)
+        log.info("%s %s (step %d)", self.doing, self.path, session.state.global_step)
         return self.path
 
 

@@ -18,7 +18,7 @@ import logging
 import math
 import os
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Final, final
+from typing import Any, ClassVar, Final
 
 import anyio
 
@@ -81,7 +81,6 @@ _RUN_CONFIG_UNSUPPORTED: Final = {
 }
 
 
-@final
 class Experiment:
     """Training and evaluation of one model, run the ways TF's ``Experiment`` runs them.
 
@@ -235,6 +234,12 @@ class Experiment:
         #: Where the training input stopped at the end of the last training run.
         self._train_input_position: dict[str, Any] | None = None
 
+    #: ``continuous_train_and_eval``'s evaluations: their summaries' name (``eval_<name>``),
+    #: and whether a round stops at ``train_steps`` (contrib's Experiment: ``one_pass``,
+    #: and whole rounds).
+    _round_eval_name: ClassVar[str | None] = None
+    _rounds_end_at_train_steps: ClassVar[bool] = True
+
     # -- the methods TF's Experiment has ---------------------------------------------------
     async def train(self, delay_secs: float | None = None) -> TrainState:
         """Train up to ``train_steps`` (or until the input ends); return the state.
@@ -382,8 +387,9 @@ class Experiment:
                 and result.global_step >= self.train_steps
             ):
                 break
-            evaluation = self._evaluation(min_steps=0, min_secs=0, name=None)
-            stopped = await self._train([evaluation, *self._stop_hooks()], steps=per_round)
+            evaluation = self._evaluation(min_steps=0, min_secs=0, name=self._round_eval_name)
+            capped = self._stop_hooks() if self._rounds_end_at_train_steps else []
+            stopped = await self._train([evaluation, *capped], steps=per_round)
             if evaluation.results:
                 result = evaluation.results[-1]
             if stopped:

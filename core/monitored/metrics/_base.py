@@ -103,6 +103,17 @@ class Metric:
         self._updates = 0
         self._deferred = {}
 
+    def updated(self, *args: Any, **kwargs: Any) -> Self:
+        """``update(*args, **kwargs)``, then the metric itself.
+
+        A metric of one batch in one expression, as a ``model_fn``'s
+        ``eval_metric_ops`` wants it: ``metrics.Accuracy().updated(labels, predicted)``
+        reads as TF's ``tf.metrics.accuracy(labels, predicted)``.
+        """
+        update: Any = getattr(self, "update")  # noqa: B009 - each kind defines its own
+        update(*args, **kwargs)
+        return self
+
     def merge(self, other: Metric) -> Self:
         """Add ``other``'s sums to this metric's (another worker's share); returns ``self``.
 

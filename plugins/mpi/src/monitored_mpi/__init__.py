@@ -22,6 +22,7 @@ from ._errors import (
 )
 from ._optimizer import DistributedOptimizer
 from ._share import jump_rng
+from ._sync_replicas import SyncReplicasOptimizer
 from ._world import TIMEOUT_ENV, World, launched_by_mpi, world
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "MPIUnavailableError",
     "StateMismatchError",
     "Sum",
+    "SyncReplicasOptimizer",
     "UnshareableStateError",
     "World",
     "allgather",

@@ -161,7 +161,19 @@ class DistributedOptimizer:
         return self._optimizer
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._optimizer, name)
+        try:
+            return getattr(self._optimizer, name)
+        except AttributeError:
+            hint = (
+                ": TF's SyncReplicasOptimizer has it; monitored_mpi.SyncReplicasOptimizer "
+                "maps it onto this optimizer"
+                if name in ("make_session_run_hook", "get_chief_queue_runner")
+                else ""
+            )
+            raise AttributeError(
+                f"DistributedOptimizer (wrapping {type(self._optimizer).__name__}) has no "
+                f"attribute {name!r}{hint}"
+            ) from None
 
     def __repr__(self) -> str:
         op = "mean" if self._mean else "sum"
