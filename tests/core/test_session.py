@@ -1565,3 +1565,14 @@ async def test_stopped_by_signal_names_the_signal_a_hook_stopped_the_session_on(
             await session.run(counting_step)
     assert session.state.global_step == 3
     assert session.stopped_by_signal == "SIGTERM", "still known after the session closed"
+
+
+async def test_tf1_feed_dict_is_explained() -> None:
+    state = monitored.TrainState({"w": np.zeros(1)})
+
+    def step(state: monitored.TrainState, batch: Any = None) -> None:
+        state.global_step += 1
+
+    async with monitored.MonitoredSession(state) as sess:
+        with pytest.raises(TypeError, match=r"feed_dict=.*await sess.run\(step, batch, lr\)"):
+            await sess.run(step, feed_dict={"x": 1})

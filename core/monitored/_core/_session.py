@@ -691,10 +691,11 @@ class MonitoredSession(Recovery, StopAgreement, PluginRegistration, PluginServic
                 returned = step_fn(state, *args, **kwargs) if args or kwargs else step_fn(state)
             except StopIteration as exc:
                 raise _end_of_input(f"step function {_name_of(step_fn)}") from exc
-            except TypeError:
+            except TypeError as exc:
                 # Checked only once the call failed: nothing on the hot path.
                 if not callable(step_fn):
                     _refuse_fetches(type(self).__name__, step_fn)
+                _explain_feed_dict(step_fn, kwargs, exc)
                 raise
             if type(returned) is not dict:
                 if inspect.isawaitable(returned):
@@ -781,9 +782,10 @@ class MonitoredSession(Recovery, StopAgreement, PluginRegistration, PluginServic
                     returned = await returned
             except StopIteration as exc:
                 raise _end_of_input(f"step function {_name_of(step_fn)}") from exc
-            except TypeError:
+            except TypeError as exc:
                 if not callable(step_fn):
                     _refuse_fetches(type(self).__name__, step_fn)
+                _explain_feed_dict(step_fn, kwargs, exc)
                 raise
             trace.add("step", _name_of(step_fn), started)
             outputs = _outputs_of(returned, step_fn)
@@ -1005,6 +1007,17 @@ class StepContext:
 _CHECKED_STEP_FNS: weakref.WeakKeyDictionary[Any, None] = weakref.WeakKeyDictionary()
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def _explain_feed_dict(step_fn: object, kwargs: Mapping[str, Any], exc: TypeError) -> None:
+    """Raise a ``TypeError`` saying what replaces TF1's ``feed_dict=``, if that was the mistake."""
+    if "feed_dict" in kwargs and "feed_dict" in str(exc):
+        raise TypeError(
+            f"sess.run({_name_of(step_fn)}, feed_dict=...): there is no graph to feed here; "
+            "a step's values are its arguments: await sess.run(step, batch, lr) calls "
+            "step(state, batch, lr), and an optimizer takes a fed rate as "
+            "apply_gradients(..., learning_rate=lr) (docs/estimator.md#feed_dict)"
+        ) from exc
 
 
 def _check_step_fn(step_fn: Callable[..., Any]) -> None:
