@@ -18,7 +18,13 @@ import anyio.lowlevel
 import numpy as np
 import pytest
 
-from monitored import Coordinator, EventLoopEndedError, MonitoredSession, TrainState
+from monitored import (
+    Coordinator,
+    EventLoopEndedError,
+    MonitoredSession,
+    OutOfRangeError,
+    TrainState,
+)
 
 BACKENDS = ["asyncio", "trio"]
 
@@ -285,3 +291,50 @@ def test_a_session_left_open_ends_with_its_event_loop_and_says_so_after(backend:
     assert sess.coord.running_tasks == 0
     anyio.run(use_it, backend=backend)
     assert ticker.ends == 0, "not a normal end"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("threads", [False, True])
+def test_an_input_pipeline_feeds_a_session_opened_run_and_closed_by_different_tasks(
+    backend: str, threads: bool
+) -> None:
+    """The pipeline's producers are the session's background work: they outlive the
+    opening task, feed the steps another task runs, and end with the close."""
+    from monitored import data
+
+    seen: list[int] = []
+
+    def take(state: TrainState, batch: np.ndarray) -> None:
+        seen.append(int(batch[0]))
+        state.global_step += 1
+
+    async def main() -> None:
+        def number(i: int) -> np.ndarray:
+            if i >= 20:
+                raise IndexError(i)  # the end of the input
+            return np.full(1, i)
+
+        pipeline = data.prefetch(
+            number,
+            buffer_size=2,
+            num_workers=2,
+            threads=threads,
+            feed="batch",
+        )
+        ticker = Ticker()
+        sess = MonitoredSession(hooks=[pipeline, ticker])
+        await in_task(sess.open)()
+
+        async def run_it() -> None:
+            # Outside ``async with``, the end of input reaches the caller, as in TF1.
+            with pytest.raises(OutOfRangeError, match="exhausted after 20 batches"):
+                while not sess.should_stop():
+                    await sess.run(take)
+
+        await in_task(run_it)()
+        await in_task(sess.close)()  # a normal end
+        assert sess.coord.running_tasks == 0
+        assert ticker.ends == 1
+
+    anyio.run(main, backend=backend)
+    assert seen == list(range(20))
