@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import contextvars
 import itertools
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -18,7 +26,13 @@ import anyio.lowlevel
 import numpy as np
 import pytest
 
-from monitored import Coordinator, EventLoopEndedError, MonitoredSession, TrainState
+from monitored import (
+    Coordinator,
+    EventLoopEndedError,
+    MonitoredSession,
+    OutOfRangeError,
+    TrainState,
+)
 
 BACKENDS = ["asyncio", "trio"]
 
@@ -285,3 +299,119 @@ def test_a_session_left_open_ends_with_its_event_loop_and_says_so_after(backend:
     assert sess.coord.running_tasks == 0
     anyio.run(use_it, backend=backend)
     assert ticker.ends == 0, "not a normal end"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("threads", [False, True])
+def test_an_input_pipeline_feeds_a_session_opened_run_and_closed_by_different_tasks(
+    backend: str, threads: bool
+) -> None:
+    """The pipeline's producers are the session's background work: they outlive the
+    opening task, feed the steps another task runs, and end with the close."""
+    from monitored import data
+
+    seen: list[int] = []
+
+    def take(state: TrainState, batch: np.ndarray) -> None:
+        seen.append(int(batch[0]))
+        state.global_step += 1
+
+    async def main() -> None:
+        def number(i: int) -> np.ndarray:
+            if i >= 20:
+                raise IndexError(i)  # the end of the input
+            return np.full(1, i)
+
+        pipeline = data.prefetch(
+            number,
+            buffer_size=2,
+            num_workers=2,
+            threads=threads,
+            feed="batch",
+        )
+        ticker = Ticker()
+        sess = MonitoredSession(hooks=[pipeline, ticker])
+        await in_task(sess.open)()
+
+        async def run_it() -> None:
+            # Outside ``async with``, the end of input reaches the caller, as in TF1.
+            with pytest.raises(OutOfRangeError, match="exhausted after 20 batches"):
+                while not sess.should_stop():
+                    await sess.run(take)
+
+        await in_task(run_it)()
+        await in_task(sess.close)()  # a normal end
+        assert sess.coord.running_tasks == 0
+        assert ticker.ends == 1
+
+    anyio.run(main, backend=backend)
+    assert seen == list(range(20))
+
+
+#: Opens a checkpointed session in one task, trains in a second, closes in a third.
+_INTERRUPTED = textwrap.dedent(
+    """
+    import sys
+    import anyio, numpy as np
+    import monitored
+
+    async def step(state):
+        await anyio.sleep(0.002)
+        state["w"] += 1
+        state.global_step += 1
+
+    async def main():
+        sess = monitored.MonitoredTrainingSession(
+            monitored.TrainState({"w": np.zeros(3, np.float32)}),
+            checkpoint_dir=sys.argv[1], save_checkpoint_steps=10**9,
+            save_summaries_steps=None, log_step_count_steps=None,
+            disable_plugins=["progress"],
+        )
+
+        async def train():
+            print("training", flush=True)
+            while not sess.should_stop():
+                await sess.run(step)
+
+        for work in (sess.open, train, sess.close):
+            async with anyio.create_task_group() as group:
+                group.start_soon(work)
+        print("closed at", sess.state.global_step, sess.stopped_by_signal, flush=True)
+
+    anyio.run(main)
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGINT"), reason="POSIX signals")
+@pytest.mark.parametrize("trial", range(3))
+def test_ctrl_c_stops_a_session_run_by_another_task_than_opened_it_with_its_checkpoint(
+    tmp_path: Path, trial: int
+) -> None:
+    """A real process and a real SIGINT: the checkpoint plugin (listening since the
+    opening task opened the session) stops the loop another task runs, and the close,
+    in a third task, saves the last step's checkpoint."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MONITORED_")}
+    process = subprocess.Popen(
+        [sys.executable, "-c", _INTERRUPTED, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "training\n"
+        time.sleep(0.05 * (trial + 1))  # a few steps in
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err
+    step = int(re.fullmatch(r"closed at (\d+) SIGINT\n", out)[1])  # type: ignore[index]
+    assert step >= 1
+    assert f"SIGINT: saving a checkpoint of step {step} and stopping" in err
+    saved = sorted(p.name for p in tmp_path.glob("model.ckpt-*"))
+    assert any(name.startswith(f"model.ckpt-{step}.") for name in saved), saved
