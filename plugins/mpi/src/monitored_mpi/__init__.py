@@ -17,14 +17,17 @@ from ._errors import (
     CollectiveTimeoutError,
     MPIError,
     MPIUnavailableError,
+    PeerLostError,
     StateMismatchError,
     UnshareableStateError,
 )
+from ._heartbeat import HEARTBEAT_TIMEOUT_ENV
 from ._optimizer import DistributedOptimizer
 from ._share import jump_rng
 from ._world import TIMEOUT_ENV, World, launched_by_mpi, world
 
 __all__ = [
+    "HEARTBEAT_TIMEOUT_ENV",
     "TIMEOUT_ENV",
     "Average",
     "ChiefTimeoutError",
@@ -35,6 +38,7 @@ __all__ = [
     "MPICluster",
     "MPIError",
     "MPIUnavailableError",
+    "PeerLostError",
     "StateMismatchError",
     "Sum",
     "UnshareableStateError",
