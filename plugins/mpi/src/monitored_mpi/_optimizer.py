@@ -227,8 +227,8 @@ class DistributedOptimizer:
         pairs = [(name, grad) for grad, name in grads_and_vars]
         return [(grad, name) for name, grad in self._average(pairs, w, reuse_buffers)]
 
-    def _check_layout(self, pairs: list[tuple[str, Any]], w: World) -> None:
-        """Raise :class:`CollectiveMismatchError` unless every rank passes this layout."""
+    def _start_layout_check(self, pairs: list[tuple[str, Any]], w: World) -> _LayoutCheck:
+        """Post the comparison of this rank's layout with every rank's (not waited for)."""
         layout = tuple(_layout_entry(name, grad) for name, grad in pairs)
         if layout != self._layout:
             text = "\n".join(f"{entry[0]}\t{_show_entry(entry)}" for entry in layout)
@@ -236,45 +236,45 @@ class DistributedOptimizer:
             self._layout_text = f"compression {self._compression}, op {op}\n{text}"
             self._layout_signature = np.array(signature(self._layout_text), dtype=np.int64)
             self._layout = layout
-        signatures = np.empty((w.size, 2), dtype=np.int64)
-        what = "DistributedOptimizer: comparing the gradients' layouts"
-        w.wait(w.comm.Iallgather(self._layout_signature, signatures), what)
-        texts = mismatch(signatures, self._layout_text, what, w)
-        if texts is not None:
-            lines = [
-                f"rank {rank}: {problem}"
-                for rank, text in enumerate(texts)
-                for problem in _layout_problems(texts[0], text)
-            ]
-            raise CollectiveMismatchError(
-                "DistributedOptimizer: the ranks pass different gradients; every rank must "
-                "pass the same variables in the same order, with the same dtypes and shapes "
-                "(and the same compression and op):\n  " + "\n  ".join(lines)
-            )
+        return _LayoutCheck(self._layout_signature, self._layout_text, w)
 
     def _average(
         self, pairs: list[tuple[str, Any]], w: World, reuse: bool
     ) -> list[tuple[str, Any]]:
-        self._check_layout(pairs, w)
+        # The layout comparison and the first reduction travel together: both are
+        # posted before either is waited for, so a step costs one network round
+        # trip, and the comparison is read before any reduced value is used.
+        check = self._start_layout_check(pairs, w)
         result: dict[str, Any] = {}
         dense: dict[np.dtype[Any], list[tuple[str, Any]]] = {}
+        sparse = False
         for name, grad in pairs:
             if grad is None:
                 result[name] = None
             elif isinstance(grad, IndexedSlices):
-                result[name] = self._gather_sparse(name, grad, w)
+                sparse = True
             else:
                 host = host_of(grad)
                 wire = host.dtype
                 if self._compression == "fp16" and host.dtype.kind == "f":
                     wire = np.dtype(np.float16)
                 dense.setdefault(wire, []).append((name, grad))
+        if sparse or not dense:
+            check.finish()
         for wire, group in dense.items():
-            result.update(self._reduce_dense(wire, group, w, reuse))
+            result.update(self._reduce_dense(wire, group, w, reuse, check))
+        for name, grad in pairs:
+            if isinstance(grad, IndexedSlices):
+                result[name] = self._gather_sparse(name, grad, w)
         return [(name, result[name]) for name, _ in pairs]
 
     def _reduce_dense(
-        self, wire: np.dtype[Any], group: list[tuple[str, Any]], w: World, reuse: bool
+        self,
+        wire: np.dtype[Any],
+        group: list[tuple[str, Any]],
+        w: World,
+        reuse: bool,
+        check: _LayoutCheck,
     ) -> dict[str, Any]:
         hosts = [host_of(grad) for _, grad in group]
         flat = [h.reshape(-1).astype(wire, copy=False) for h in hosts]
@@ -283,7 +283,9 @@ class DistributedOptimizer:
         what = f"averaging the gradients of {names[:3]}{'...' if len(names) > 3 else ''}"
         if wire == np.float16 and self._compression == "fp16":
             gathered = np.empty((w.size, packed.size), dtype=np.float16)
-            w.wait(w.comm.Iallgather(packed, gathered), what + " (fp16)")
+            request = w.comm.Iallgather(packed, gathered)
+            check.finish()
+            w.wait(request, what + " (fp16)")
             total = gathered[0].astype(np.float32)
             for row in gathered[1:]:
                 total += row
@@ -292,9 +294,11 @@ class DistributedOptimizer:
             total = self._buffer(packed.dtype, packed.size, reuse)
             averaged = self._mean and packed.nbytes >= SCATTER_BYTES
             if averaged:
-                self._reduce_scatter_average(packed, total, w, what, reuse)
+                self._reduce_scatter_average(packed, total, w, what, reuse, check)
             else:
-                w.wait(w.comm.Iallreduce(packed, total, op=w.MPI.SUM), what)
+                request = w.comm.Iallreduce(packed, total, op=w.MPI.SUM)
+                check.finish()
+                w.wait(request, what)
         out: dict[str, Any] = {}
         start = 0
         for (name, grad), host in zip(group, hosts, strict=True):
@@ -329,6 +333,7 @@ class DistributedOptimizer:
         w: World,
         what: str,
         reuse: bool,
+        check: _LayoutCheck,
     ) -> None:
         """``total`` = the average of ``packed`` over the ranks, for large buffers.
 
@@ -341,9 +346,9 @@ class DistributedOptimizer:
         """
         counts, displacements = _blocks(packed.size, w.size)
         mine = self._buffer(packed.dtype, counts[w.rank], reuse, role="block")
-        w.wait(
-            w.comm.Ireduce_scatter(packed, mine, counts, op=w.MPI.SUM), what + " (reduce-scatter)"
-        )
+        request = w.comm.Ireduce_scatter(packed, mine, counts, op=w.MPI.SUM)
+        check.finish()
+        w.wait(request, what + " (reduce-scatter)")
         _divide(mine, w.size)
         w.wait(w.comm.Iallgatherv(mine, [total, (counts, displacements)]), what + " (allgather)")
 
@@ -357,6 +362,42 @@ class DistributedOptimizer:
         return IndexedSlices(
             like(host_values, grad.values), like(host_indices, grad.indices), grad.dense_shape
         )
+
+
+@final
+class _LayoutCheck:
+    """The comparison of the ranks' gradient layouts, posted and not yet waited for.
+
+    :meth:`finish` waits for it and raises :class:`CollectiveMismatchError`
+    naming each rank and variable that differs; only the first call waits.
+    """
+
+    __slots__ = ("_request", "_signatures", "_text", "_world")
+
+    def __init__(self, mine: np.ndarray[Any, Any], text: str, w: World) -> None:
+        self._signatures = np.empty((w.size, 2), dtype=np.int64)
+        self._request: Any = w.comm.Iallgather(mine, self._signatures)
+        self._text = text
+        self._world = w
+
+    def finish(self) -> None:
+        if self._request is None:
+            return
+        w, request, self._request = self._world, self._request, None
+        what = "DistributedOptimizer: comparing the gradients' layouts"
+        w.wait(request, what)
+        texts = mismatch(self._signatures, self._text, what, w, comm=w.control)
+        if texts is not None:
+            lines = [
+                f"rank {rank}: {problem}"
+                for rank, text in enumerate(texts)
+                for problem in _layout_problems(texts[0], text)
+            ]
+            raise CollectiveMismatchError(
+                "DistributedOptimizer: the ranks pass different gradients; every rank must "
+                "pass the same variables in the same order, with the same dtypes and shapes "
+                "(and the same compression and op):\n  " + "\n  ".join(lines)
+            )
 
 
 def _blocks(size: int, parts: int) -> tuple[list[int], list[int]]:
