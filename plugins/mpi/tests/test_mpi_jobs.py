@@ -198,6 +198,13 @@ def test_collectives_and_the_distributed_optimizer_average_over_ranks(run_mpi: A
     names = refusals["optimizer_names"]
     assert "rank 1: a gradient for 'x', which rank 0 does not pass" in names
     assert "rank 2: a gradient for 'x'" in names
+    # Changed on rank 1 alone after an agreed call: refused, and the collectives
+    # after it (the results above) still work.
+    for kind in ("scatter", "fp16"):
+        assert (
+            "rank 1: 'a': float32 (300001,) here, float32 (300000,) on rank 0"
+            in (refusals[f"optimizer_{kind}_changed"])
+        ), kind
 
 
 def test_the_distributed_example_learns_on_two_ranks(run_mpi: Any) -> None:

@@ -17,15 +17,18 @@ from ._errors import (
     CollectiveTimeoutError,
     MPIError,
     MPIUnavailableError,
+    PeerLostError,
     StateMismatchError,
     UnshareableStateError,
 )
+from ._heartbeat import HEARTBEAT_TIMEOUT_ENV
 from ._optimizer import DistributedOptimizer
 from ._share import jump_rng
 from ._sync_replicas import SyncReplicasOptimizer
 from ._world import TIMEOUT_ENV, World, launched_by_mpi, world
 
 __all__ = [
+    "HEARTBEAT_TIMEOUT_ENV",
     "TIMEOUT_ENV",
     "Average",
     "ChiefTimeoutError",
@@ -36,6 +39,7 @@ __all__ = [
     "MPICluster",
     "MPIError",
     "MPIUnavailableError",
+    "PeerLostError",
     "StateMismatchError",
     "Sum",
     "SyncReplicasOptimizer",

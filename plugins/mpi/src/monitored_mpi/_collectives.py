@@ -58,15 +58,19 @@ def signature(text: str) -> tuple[int, int]:
     return zlib.crc32(raw), len(raw)
 
 
-def mismatch(signatures: np.ndarray[Any, Any], text: str, what: str, w: World) -> list[str] | None:
+def mismatch(
+    signatures: np.ndarray[Any, Any], text: str, what: str, w: World, *, comm: Any = None
+) -> list[str] | None:
     """Every rank's ``text`` when the ``signatures`` (one row per rank) differ, else None.
 
     All ranks see the same ``signatures``, so all of them take the same branch
-    and join the exchange of the texts, which happens only when they differ.
+    and join the exchange of the texts, which happens only when they differ (on
+    ``comm``, ``w.comm`` unless given).
     """
     if (signatures == signatures[0]).all():
         return None
-    raw = exchange_bytes(text.encode(), f"{what} (comparing the ranks)", w, comm=w.comm)
+    channel = w.comm if comm is None else comm
+    raw = exchange_bytes(text.encode(), f"{what} (comparing the ranks)", w, comm=channel)
     return [r.decode() for r in raw]
 
 

@@ -14,6 +14,7 @@ __all__ = [
     "CollectiveTimeoutError",
     "MPIError",
     "MPIUnavailableError",
+    "PeerLostError",
     "StateMismatchError",
     "UnshareableStateError",
 ]
@@ -45,3 +46,11 @@ class CollectiveTimeoutError(MPIError):
 
 class ChiefTimeoutError(MPIError, DeadlineExceededError):
     """A worker waited longer than ``max_wait_secs`` for the chief's state."""
+
+
+class PeerLostError(MPIError):
+    """A rank sent no heartbeat for ``MONITORED_MPI_HEARTBEAT_TIMEOUT`` seconds.
+
+    Its host or network is gone, or the process is frozen: told apart from a
+    collective that is merely slow (:class:`CollectiveTimeoutError`).
+    """

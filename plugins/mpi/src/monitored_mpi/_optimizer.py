@@ -17,6 +17,15 @@ into garbage. The checksum is computed again only when this rank's layout
 changes; the comparison runs every step, since a layout may change on one rank
 only (a gradient that is ``None`` there), and a check run on some ranks only
 would itself be a collective called by some ranks only.
+
+The comparison costs no round trip of its own: while this rank's layout is
+the one every rank passed last time, it is posted together with the first
+reduction and read before any reduced value is used. A layout new on this
+rank is compared first, before any gradient travels (buffers of other sizes
+in one collective would make MPICH abort); ranks that kept the old layout
+have then posted its first reduction already, which the others join with
+zeros before every rank raises :class:`CollectiveMismatchError`, so no
+collective is left unmatched.
 """
 
 from __future__ import annotations
@@ -96,6 +105,7 @@ class DistributedOptimizer:
     __slots__ = (
         "_buffers",
         "_compression",
+        "_first",
         "_layout",
         "_layout_signature",
         "_layout_text",
@@ -154,6 +164,10 @@ class DistributedOptimizer:
         self._layout: tuple[tuple[Any, ...], ...] | None = None
         self._layout_text = ""
         self._layout_signature = np.zeros(2, dtype=np.int64)
+        #: The first collective the last call posted before its layout check was
+        #: read (kind, wire dtype, elements), or None: what ranks whose layout did
+        #: not change post first, and others join on a mismatch.
+        self._first: tuple[str, np.dtype[Any], int] | None = None
 
     @property
     def optimizer(self) -> Optimizer:
@@ -239,54 +253,71 @@ class DistributedOptimizer:
         pairs = [(name, grad) for grad, name in grads_and_vars]
         return [(grad, name) for name, grad in self._average(pairs, w, reuse_buffers)]
 
-    def _check_layout(self, pairs: list[tuple[str, Any]], w: World) -> None:
-        """Raise :class:`CollectiveMismatchError` unless every rank passes this layout."""
+    def _start_layout_check(self, pairs: list[tuple[str, Any]], w: World) -> _LayoutCheck:
+        """Post the comparison of this rank's layout with every rank's.
+
+        Not waited for when the layout is the one every rank passed last time
+        (the comparison then travels with the reduction); waited for at once
+        when it is new here.
+        """
         layout = tuple(_layout_entry(name, grad) for name, grad in pairs)
-        if layout != self._layout:
-            text = "\n".join(f"{entry[0]}\t{_show_entry(entry)}" for entry in layout)
-            op = "mean" if self._mean else "sum"
-            self._layout_text = f"compression {self._compression}, op {op}\n{text}"
-            self._layout_signature = np.array(signature(self._layout_text), dtype=np.int64)
-            self._layout = layout
-        signatures = np.empty((w.size, 2), dtype=np.int64)
-        what = "DistributedOptimizer: comparing the gradients' layouts"
-        w.wait(w.comm.Iallgather(self._layout_signature, signatures), what)
-        texts = mismatch(signatures, self._layout_text, what, w)
-        if texts is not None:
-            lines = [
-                f"rank {rank}: {problem}"
-                for rank, text in enumerate(texts)
-                for problem in _layout_problems(texts[0], text)
-            ]
-            raise CollectiveMismatchError(
-                "DistributedOptimizer: the ranks pass different gradients; every rank must "
-                "pass the same variables in the same order, with the same dtypes and shapes "
-                "(and the same compression and op):\n  " + "\n  ".join(lines)
-            )
+        agreed = self._layout_signature if self._layout is not None else None
+        first, self._first = self._first, None
+        if layout == self._layout:
+            return _LayoutCheck(self._layout_signature, self._layout_text, w, agreed, first)
+        # A new layout (the first call, or one that changed here): compared before
+        # any gradient travels. Posted together, buffers of another size than the
+        # other ranks' would be a malformed collective (MPICH aborts on it). The
+        # ranks whose layout did not change have posted the first reduction of
+        # the layout agreed last time: on a mismatch this rank joins it with zeros
+        # (``first``), so that no collective is left unmatched.
+        text = "\n".join(f"{entry[0]}\t{_show_entry(entry)}" for entry in layout)
+        op = "mean" if self._mean else "sum"
+        text = f"compression {self._compression}, op {op}\n{text}"
+        mine = np.array(signature(text), dtype=np.int64)
+        check = _LayoutCheck(mine, text, w, agreed, first)
+        check.finish()
+        self._layout, self._layout_text, self._layout_signature = layout, text, mine
+        return check
 
     def _average(
         self, pairs: list[tuple[str, Any]], w: World, reuse: bool
     ) -> list[tuple[str, Any]]:
-        self._check_layout(pairs, w)
+        # The layout comparison and the first reduction travel together: both are
+        # posted before either is waited for, so a step costs one network round
+        # trip, and the comparison is read before any reduced value is used.
+        check = self._start_layout_check(pairs, w)
         result: dict[str, Any] = {}
         dense: dict[np.dtype[Any], list[tuple[str, Any]]] = {}
+        sparse = False
         for name, grad in pairs:
             if grad is None:
                 result[name] = None
             elif isinstance(grad, IndexedSlices):
-                result[name] = self._gather_sparse(name, grad, w)
+                sparse = True
             else:
                 host = host_of(grad)
                 wire = host.dtype
                 if self._compression == "fp16" and host.dtype.kind == "f":
                     wire = np.dtype(np.float16)
                 dense.setdefault(wire, []).append((name, grad))
+        if sparse or not dense:
+            check.ahead = False
+            check.finish()
         for wire, group in dense.items():
-            result.update(self._reduce_dense(wire, group, w, reuse))
+            result.update(self._reduce_dense(wire, group, w, reuse, check))
+        for name, grad in pairs:
+            if isinstance(grad, IndexedSlices):
+                result[name] = self._gather_sparse(name, grad, w)
         return [(name, result[name]) for name, _ in pairs]
 
     def _reduce_dense(
-        self, wire: np.dtype[Any], group: list[tuple[str, Any]], w: World, reuse: bool
+        self,
+        wire: np.dtype[Any],
+        group: list[tuple[str, Any]],
+        w: World,
+        reuse: bool,
+        check: _LayoutCheck,
     ) -> dict[str, Any]:
         hosts = [host_of(grad) for _, grad in group]
         flat = [h.reshape(-1).astype(wire, copy=False) for h in hosts]
@@ -295,7 +326,10 @@ class DistributedOptimizer:
         what = f"averaging the gradients of {names[:3]}{'...' if len(names) > 3 else ''}"
         if wire == np.float16 and self._compression == "fp16":
             gathered = np.empty((w.size, packed.size), dtype=np.float16)
-            w.wait(w.comm.Iallgather(packed, gathered), what + " (fp16)")
+            request = w.comm.Iallgather(packed, gathered)
+            self._posted(check, "fp16", wire, packed.size)
+            check.finish(request)
+            w.wait(request, what + " (fp16)")
             total = gathered[0].astype(np.float32)
             for row in gathered[1:]:
                 total += row
@@ -304,9 +338,12 @@ class DistributedOptimizer:
             total = self._buffer(packed.dtype, packed.size, reuse)
             averaged = self._mean and packed.nbytes >= SCATTER_BYTES
             if averaged:
-                self._reduce_scatter_average(packed, total, w, what, reuse)
+                self._reduce_scatter_average(packed, total, w, what, reuse, check)
             else:
-                w.wait(w.comm.Iallreduce(packed, total, op=w.MPI.SUM), what)
+                request = w.comm.Iallreduce(packed, total, op=w.MPI.SUM)
+                self._posted(check, "allreduce", wire, packed.size)
+                check.finish(request)
+                w.wait(request, what)
         out: dict[str, Any] = {}
         start = 0
         for (name, grad), host in zip(group, hosts, strict=True):
@@ -317,6 +354,13 @@ class DistributedOptimizer:
                 _divide(part, w.size)
             out[name] = like(part, grad)
         return out
+
+    def _posted(self, check: _LayoutCheck, kind: str, wire: np.dtype[Any], size: int) -> None:
+        """Note the collective just posted when it is the first of a layout that posts
+        it ahead of reading the check (dense gradients only)."""
+        if check.ahead:
+            check.ahead = False
+            self._first = (kind, wire, size)
 
     def _buffer(
         self, dtype: np.dtype[Any], size: int, reuse: bool, role: str = "sum"
@@ -341,6 +385,7 @@ class DistributedOptimizer:
         w: World,
         what: str,
         reuse: bool,
+        check: _LayoutCheck,
     ) -> None:
         """``total`` = the average of ``packed`` over the ranks, for large buffers.
 
@@ -353,9 +398,10 @@ class DistributedOptimizer:
         """
         counts, displacements = _blocks(packed.size, w.size)
         mine = self._buffer(packed.dtype, counts[w.rank], reuse, role="block")
-        w.wait(
-            w.comm.Ireduce_scatter(packed, mine, counts, op=w.MPI.SUM), what + " (reduce-scatter)"
-        )
+        request = w.comm.Ireduce_scatter(packed, mine, counts, op=w.MPI.SUM)
+        self._posted(check, "scatter", packed.dtype, packed.size)
+        check.finish(request)
+        w.wait(request, what + " (reduce-scatter)")
         _divide(mine, w.size)
         w.wait(w.comm.Iallgatherv(mine, [total, (counts, displacements)]), what + " (allgather)")
 
@@ -369,6 +415,88 @@ class DistributedOptimizer:
         return IndexedSlices(
             like(host_values, grad.values), like(host_indices, grad.indices), grad.dense_shape
         )
+
+
+@final
+class _LayoutCheck:
+    """The comparison of the ranks' gradient layouts, posted and not yet waited for.
+
+    :meth:`finish` waits for it and raises :class:`CollectiveMismatchError`
+    naming each rank and variable that differs; only the first call waits.
+    ``agreed`` is the signature every rank passed last time (None on the
+    first call) and ``first`` the first collective of that layout, which the
+    ranks that still pass it post before the check is read.
+    """
+
+    __slots__ = ("_agreed", "_first", "_request", "_signatures", "_text", "_world", "ahead")
+
+    def __init__(
+        self,
+        mine: np.ndarray[Any, Any],
+        text: str,
+        w: World,
+        agreed: np.ndarray[Any, Any] | None,
+        first: tuple[str, np.dtype[Any], int] | None,
+    ) -> None:
+        self._signatures = np.empty((w.size, 2), dtype=np.int64)
+        self._request: Any = w.comm.Iallgather(mine, self._signatures)
+        self._text = text
+        self._world = w
+        self._agreed = agreed
+        self._first = first
+        #: Until the first reduction is posted: whether it goes ahead of the check
+        #: (no sparse gradients, some dense ones).
+        self.ahead = True
+
+    def finish(self, posted: Any = None) -> None:
+        """Read the comparison; ``posted``: the reduction this rank posted before it."""
+        if self._request is None:
+            return
+        w, request, self._request = self._world, self._request, None
+        what = "DistributedOptimizer: comparing the gradients' layouts"
+        w.wait(request, what)
+        if (self._signatures == self._signatures[0]).all():
+            return
+        self._complete_first(posted, what)
+        texts = mismatch(self._signatures, self._text, what, w, comm=w.control)
+        if texts is not None:
+            lines = [
+                f"rank {rank}: {problem}"
+                for rank, text in enumerate(texts)
+                for problem in _layout_problems(texts[0], text)
+            ]
+            raise CollectiveMismatchError(
+                "DistributedOptimizer: the ranks pass different gradients; every rank must "
+                "pass the same variables in the same order, with the same dtypes and shapes "
+                "(and the same compression and op):\n  " + "\n  ".join(lines)
+            )
+
+    def _complete_first(self, posted: Any, what: str) -> None:
+        """On a mismatch, complete the reduction the ranks that kept the agreed layout
+        posted: the others join it with zeros, so the channel stays usable."""
+        if self._agreed is None or self._first is None:
+            return
+        w = self._world
+        kept = (self._signatures == self._agreed).all(axis=1)
+        if not kept.any():
+            return
+        if kept[w.rank]:
+            request = posted
+        else:
+            kind, wire, size = self._first
+            zeros = np.zeros(size, dtype=wire)
+            if kind == "allreduce":
+                out = np.empty_like(zeros)
+                request = w.comm.Iallreduce(zeros, out, op=w.MPI.SUM)
+            elif kind == "scatter":
+                counts, _ = _blocks(size, w.size)
+                out = np.empty(counts[w.rank], dtype=wire)
+                request = w.comm.Ireduce_scatter(zeros, out, counts, op=w.MPI.SUM)
+            else:  # "fp16"
+                out = np.empty((w.size, size), dtype=wire)
+                request = w.comm.Iallgather(zeros, out)
+        if request is not None:
+            w.wait(request, f"{what} (the reduction of the ranks that kept their layout)")
 
 
 def _blocks(size: int, parts: int) -> tuple[list[int], list[int]]:

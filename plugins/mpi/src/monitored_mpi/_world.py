@@ -15,7 +15,10 @@ import os
 import time
 from typing import Any, Final, final
 
+import numpy as np
+
 from ._errors import CollectiveTimeoutError, MPIError, MPIUnavailableError
+from ._heartbeat import Heartbeat, heartbeat_timeout_from_env
 
 __all__ = ["TIMEOUT_ENV", "World", "launched_by_mpi", "world"]
 
@@ -82,9 +85,25 @@ class World:
     the two never match each other's messages.
     """
 
-    __slots__ = ("MPI", "comm", "control", "local_rank", "local_size", "rank", "size", "timeout")
+    __slots__ = (
+        "MPI",
+        "comm",
+        "control",
+        "heartbeat",
+        "local_rank",
+        "local_size",
+        "rank",
+        "size",
+        "timeout",
+    )
 
-    def __init__(self, comm: Any, mpi: Any, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        comm: Any,
+        mpi: Any,
+        timeout: float | None = None,
+        heartbeat_timeout: float | None = None,
+    ) -> None:
         self.MPI = mpi
         self.comm = comm
         self.control = comm.Dup()
@@ -97,15 +116,26 @@ class World:
         self.local_size: int = node.Get_size()
         node.Free()
         self.timeout = _timeout_from_env() if timeout is None else timeout
+        #: Beats to and from every other rank, on a communicator of its own (None: off).
+        self.heartbeat: Heartbeat | None = None
+        if heartbeat_timeout is None:
+            heartbeat_timeout = heartbeat_timeout_from_env()
+        if heartbeat_timeout > 0 and self.size > 1:
+            name = np.frombuffer(mpi.Get_processor_name().encode()[:255], dtype=np.uint8)
+            hosts = _gather_names(comm, name, self.size)
+            self.heartbeat = Heartbeat(comm.Dup(), hosts, heartbeat_timeout)
 
     def wait(self, request: Any, what: str, timeout: float | None = None) -> None:
         """Wait for ``request`` (a non-blocking collective), at most ``timeout`` seconds."""
         if request.Test():
             return
+        heartbeat = self.heartbeat
         limit = self.timeout if timeout is None else timeout
         start = time.monotonic()
         sleep = _FIRST_SLEEP
         while not request.Test():
+            if heartbeat is not None and heartbeat.lost is not None:
+                raise heartbeat.lost
             waited = time.monotonic() - start
             if waited < _SPIN_SECS:
                 continue
@@ -133,6 +163,18 @@ class World:
         """
         time.sleep(_ABORT_DRAIN_SECS)
         self.comm.Abort(code)
+
+
+def _gather_names(comm: Any, name: Any, size: int) -> list[str]:
+    """Every rank's host name (at most 255 bytes each), in rank order."""
+    lengths = np.empty(size, dtype=np.int64)
+    comm.Allgather(np.array([name.size], dtype=np.int64), lengths)
+    names = np.empty(int(lengths.sum()), dtype=np.uint8)
+    comm.Allgatherv(name, [names, lengths])
+    bounds = np.concatenate([[0], np.cumsum(lengths)])
+    return [
+        names[bounds[r] : bounds[r + 1]].tobytes().decode(errors="replace") for r in range(size)
+    ]
 
 
 _world: World | None = None

@@ -51,6 +51,20 @@ refusals = {
     ),
 }
 
+# A layout that changes on rank 1 only, after a call every rank agreed on: the
+# others have posted the old layout's first reduction with the check (by
+# reduce-scatter from 1 MiB on, or fp16 gathering), and rank 1 joins it.
+SAME_BIG = {"a": np.ones(300_000, np.float32)}
+ONE_MORE = {"a": np.ones(300_000 + (RANK == 1), np.float32)}
+by_scatter = monitored_mpi.DistributedOptimizer(monitored.train.GradientDescentOptimizer(1.0))
+by_scatter.reduce_gradients(SAME_BIG)
+refusals["optimizer_scatter_changed"] = refused(lambda: by_scatter.reduce_gradients(ONE_MORE))
+by_fp16 = monitored_mpi.DistributedOptimizer(
+    monitored.train.GradientDescentOptimizer(1.0), compression="fp16"
+)
+by_fp16.reduce_gradients(SAME_BIG)
+refusals["optimizer_fp16_changed"] = refused(lambda: by_fp16.reduce_gradients(ONE_MORE))
+
 mean = Mean(name="m")
 mean.update(np.arange(RANK + 1, dtype=np.float64))
 monitored_mpi.merge_metrics([mean])

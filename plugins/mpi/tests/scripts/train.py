@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import anyio
@@ -59,6 +60,35 @@ class CollectiveOnRank0:
     def after_run(self, run_context, run_values):
         if RANK == 0 and run_context.session.state.global_step == 2:
             monitored_mpi.allreduce(np.ones(3), name="only-on-rank-0")
+
+
+class FreezeRank1At5:
+    """Rank 1 freezes (SIGSTOP): to the others, a host that vanished from the network."""
+
+    def after_run(self, run_context, run_values):
+        if RANK == 1 and run_context.session.state.global_step == 5:
+            (OUT / "frozen_at").write_text(repr(time.time()))
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+
+class BusyOnRank0At3:
+    """Rank 0 holds the interpreter in pure Python for BUSY_SECS (a long, slow save)."""
+
+    def after_run(self, run_context, run_values):
+        if RANK == 0 and run_context.session.state.global_step == 3:
+            end = time.monotonic() + float(os.environ["BUSY_SECS"])
+            total = 0
+            while time.monotonic() < end:
+                total += sum(range(1000))
+
+
+class Paced:
+    """Steps of 20 ms, and a file saying training runs (the test then cuts the link)."""
+
+    def after_run(self, run_context, run_values):
+        if run_context.session.state.global_step == 3:
+            (OUT / f"running{RANK}").write_text(repr(time.time()))
+        time.sleep(0.02)
 
 
 opt = monitored_mpi.DistributedOptimizer(monitored.train.MomentumOptimizer(0.05, 0.9))
@@ -121,6 +151,9 @@ async def main() -> None:
         "partial": [CollectiveOnRank0()],
         "endfail": [EndFailsOnRank1()],
         "aborted": [AbortedOnRank1At3()],
+        "frozen": [FreezeRank1At5()],
+        "busy": [BusyOnRank0At3()],
+        "paced": [Paced()],
     }.get(SCENARIO, [])
     checkpoint_dir = os.environ.get("CKPT_DIR")
     draws = []
