@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import io
 import json
 import os
 import sys
@@ -220,8 +221,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``monitored`` console script.
 
     A reader that goes away early (``monitored plugins --json | head -1``) ends
-    the command quietly with exit status 1, not a ``BrokenPipeError`` traceback.
+    the command quietly with exit status 1, not a ``BrokenPipeError`` traceback. A
+    character the output's encoding lacks (a name read from disk, under
+    ``PYTHONIOENCODING=ascii`` or a legacy console) is printed as an escape
+    (``\\xff``, ``\\u00e9``), never an error that loses the rest of the output.
     """
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     try:
         status = _main(argv)
         sys.stdout.flush()  # a write that fails here would fail, noisily, at exit

@@ -743,7 +743,8 @@ def test_show_of_something_that_is_no_checkpoint(
     )
     status, _, err = _cli(capsys, "show", "bad\0path")
     assert status == 2
-    assert err.startswith("monitored checkpoint show: error: bad\0path does not exist")
+    # the NUL printed escaped (test_ckpt_cli_printing.py)
+    assert err.startswith("monitored checkpoint show: error: bad\\x00path does not exist")
 
 
 @pytest.mark.parametrize("suffix", [".json", ".safetensors"])
