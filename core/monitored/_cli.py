@@ -35,6 +35,7 @@ from ._core._plugins import (
     disabled_from_env,
     load_entry_point,
 )
+from ._core._suggest import SuggestingParser
 
 __all__ = ["WIDTH", "main"]
 
@@ -254,7 +255,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if missing is not None:
             print(_wrapped(f"monitored: error: {missing}", "", "  "), file=sys.stderr)
             return 2
-    parser = argparse.ArgumentParser(
+    parser = SuggestingParser(
         prog="monitored",
         description=_MAIN_DESCRIPTION,
         epilog=_unavailable(errors) if errors or found else _INSTALL_HINT,

@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 import numpy as np
 
 from ._errors import CheckpointError
-from ._format import _ITEMSIZE, check_step_name, read_manifest
+from ._format import _ITEMSIZE, DATA_SUFFIX, MANIFEST_SUFFIX, check_step_name, read_manifest
 from ._inspect import (
     ArrayStats,
     CheckpointDiff,
@@ -83,6 +84,9 @@ def register(commands: Commands) -> None:
     show.add_argument(
         "--stats", action="store_true", help="also min, max, mean and NaN count of each array"
     )
+    show.add_argument(
+        "name", metavar="NAME", nargs="?", help="print the values of array NAME (as --array)"
+    )
     show.add_argument("--array", metavar="NAME", help="print the values of array NAME")
     show.add_argument("--json", action="store_true", help="print JSON instead of a table")
     show.set_defaults(handler=_guarded(_show))
@@ -139,6 +143,15 @@ def _describe(exc: BaseException) -> str:
 
 # -- ls -----------------------------------------------------------------------------------------
 def _ls(args: argparse.Namespace) -> int:
+    if _is_local_checkpoint(args.directory):  # ls runs/demo/model.ckpt-1300
+        parent = os.path.dirname(args.directory) or "."
+        _error(
+            args,
+            f"{args.directory} is a checkpoint, not a directory of them: 'monitored checkpoint "
+            f"show {args.directory}' lists its arrays, 'monitored checkpoint ls {parent}' the "
+            "checkpoints beside it",
+        )
+        return ERROR
     listing = inspect_directory(args.directory)
     rows = listing.rows
     damaged = [row for row in rows if row.problem is not None]
@@ -205,8 +218,22 @@ def _restored_instead(rows: Sequence[CheckpointRow]) -> None:
         _say(f"a restore uses {restored.name} (step {restored.step})")
 
 
+def _is_local_checkpoint(path: str) -> bool:
+    """Whether ``path`` names a checkpoint on the local disk (its manifest is beside it)."""
+    if "://" in path or os.path.isdir(path):
+        return False
+    for suffix in (MANIFEST_SUFFIX, DATA_SUFFIX):  # its manifest's or data file's path
+        path = path.removesuffix(suffix)
+    return os.path.isfile(path + MANIFEST_SUFFIX)
+
+
 # -- show ---------------------------------------------------------------------------------------
 def _show(args: argparse.Namespace) -> int:
+    if args.name is not None:  # show PATH NAME: the array NAME, as --array NAME
+        if args.array is not None and args.array != args.name:
+            _error(args, f"two arrays asked for: {args.name} and --array {args.array}; give one")
+            return ERROR
+        args.array = args.name
     if args.array is not None:
         if args.json or args.stats:
             _error(args, "--array prints one array's values; it takes neither --json nor --stats")
