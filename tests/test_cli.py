@@ -562,3 +562,16 @@ def test_a_reader_of_the_first_line_only_gets_it_and_no_traceback() -> None:
     assert command.stderr.read() == b""
     command.stderr.close()
     assert head.stdout == "[\n"
+
+
+def test_a_mistyped_command_gets_a_did_you_mean(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["plugnis"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.rstrip().endswith("did you mean 'plugins'?")
+
+
+def test_a_command_unlike_any_gets_no_guess(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["zzzzzz"])
+    assert "did you mean" not in capsys.readouterr().err

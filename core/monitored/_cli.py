@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import io
 import json
 import os
 import sys
@@ -34,6 +35,7 @@ from ._core._plugins import (
     disabled_from_env,
     load_entry_point,
 )
+from ._core._suggest import SuggestingParser
 
 __all__ = ["WIDTH", "main"]
 
@@ -220,8 +222,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``monitored`` console script.
 
     A reader that goes away early (``monitored plugins --json | head -1``) ends
-    the command quietly with exit status 1, not a ``BrokenPipeError`` traceback.
+    the command quietly with exit status 1, not a ``BrokenPipeError`` traceback. A
+    character the output's encoding lacks (a name read from disk, under
+    ``PYTHONIOENCODING=ascii`` or a legacy console) is printed as an escape
+    (``\\xff``, ``\\u00e9``), never an error that loses the rest of the output.
     """
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     try:
         status = _main(argv)
         sys.stdout.flush()  # a write that fails here would fail, noisily, at exit
@@ -247,7 +255,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if missing is not None:
             print(_wrapped(f"monitored: error: {missing}", "", "  "), file=sys.stderr)
             return 2
-    parser = argparse.ArgumentParser(
+    parser = SuggestingParser(
         prog="monitored",
         description=_MAIN_DESCRIPTION,
         epilog=_unavailable(errors) if errors or found else _INSTALL_HINT,

@@ -375,3 +375,17 @@ def test_options_from_env_parses_entries() -> None:
 def test_plugin_options_must_be_a_mapping() -> None:
     with pytest.raises(PluginOptionError, match="must map plugin names"):
         resolve_options({}, ["progress"], environ={})  # type: ignore[arg-type]
+
+
+def test_options_joined_by_a_comma_in_the_environment_say_that_a_semicolon_separates() -> None:
+    env = {"MONITORED_PLUGIN_OPTIONS": "early_stopping.monitor=loss,early_stopping.patience=2"}
+    with pytest.raises(PluginOptionError) as caught:
+        options_from_env(env)
+    assert "options are separated by ';'" in str(caught.value)
+    assert "'early_stopping.monitor=loss;early_stopping.patience=2'" in str(caught.value)
+    # a list value's commas are no second option
+    env = {"MONITORED_PLUGIN_OPTIONS": "progress.show=loss,accuracy;nan_guard.lag=0"}
+    assert options_from_env(env) == {
+        "progress": {"show": "loss,accuracy"},
+        "nan_guard": {"lag": "0"},
+    }

@@ -31,6 +31,7 @@ from ._plugins import (
     installed_entry_points,
     load_entry_point,
 )
+from ._suggest import SuggestingParser
 
 __all__ = ["HOOK", "Commands", "PluginCommand", "plugin_commands"]
 
@@ -103,7 +104,7 @@ class Commands:
                 distribution=self._plugin.distribution,
                 hook=HOOK,
             )
-        parser = argparse.ArgumentParser(prog=f"monitored {name}", **kwargs)
+        parser = SuggestingParser(prog=f"monitored {name}", **kwargs)
         parser.set_defaults(handler=None)
         self._added[name] = PluginCommand(name, help.strip(), parser, self._plugin)
         return parser

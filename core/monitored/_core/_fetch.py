@@ -31,6 +31,7 @@ transfer is started without waiting (:func:`~monitored._core._backend.start_devi
 from __future__ import annotations
 
 import difflib
+import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -370,7 +371,10 @@ def _fast_path(
             f"    elif x{j} is _M:",
             f"        {absent.replace('x =', f'x{j} =')}",
             "    elif t in _CONVERT:",
-            f"        x{j} = _array(x{j})",
+            "        try:",
+            f"            x{j} = _array(x{j})",
+            "        except Exception:",
+            "            return None  # the general path names the value",
             "    else:",
             "        return None",
         ]
@@ -385,6 +389,8 @@ def _fast_path(
 
 
 def _how(kind: type, value: Any) -> int:
+    if inspect.isawaitable(value):
+        return _AWAITABLE  # not remembered: refused each time, by name
     how = 1 if isinstance(value, np.generic) else 2 if is_device_array(value) else 3
     _HOW[kind] = how
     if how == 1:
@@ -482,7 +488,12 @@ class StepPlan:
             elif how == 1:
                 append(value)
             elif how == 3:
-                append(np.array(value))
+                try:
+                    append(np.array(value))
+                except Exception as exc:  # torch's tensor that requires grad, ...
+                    raise _unconvertible(name, value, state, exc) from exc
+            elif how == _AWAITABLE:
+                raise _unconvertible(name, value, state, None)
             else:
                 if device is None:
                     device = []
@@ -509,6 +520,37 @@ class StepPlan:
             + (f"; did you mean {close[0]!r}?" if close else "")
             + f" (monitored.optional({name!r}) accepts a missing value as None)"
         )
+
+
+#: ``_how``'s answer for a coroutine or other awaitable: never a value to fetch.
+_AWAITABLE: Final = 4
+
+
+def _unconvertible(name: str, value: Any, state: TrainState, error: Exception | None) -> FetchError:
+    """The error naming a fetched value that is no array: what it is and the fix.
+
+    A coroutine is a step that forgot an ``await`` (``return {"loss": compute()}``
+    with ``async def compute``); a tensor that requires grad (PyTorch) converts only
+    once detached. Said where the value is first fetched, not as a hook's odd result.
+    """
+    at = f"step output {name!r} at step {state.global_step}"
+    if error is None:
+        if inspect.iscoroutine(value):
+            value.close()  # never awaited: closed, so Python adds no second warning
+        return FetchError(
+            f"{at} is {type(value).__name__} {getattr(value, '__qualname__', '')!s}, not a "
+            "value: did you forget `await` where the step computes it?".replace("  ", " ")
+        )
+    hint = ""
+    if getattr(value, "requires_grad", False) and callable(getattr(value, "detach", None)):
+        hint = (
+            f"; it requires grad: return {name!r} detached (`loss.detach()`, or "
+            "`loss.item()` for a number) so no autograd graph is kept"
+        )
+    return FetchError(
+        f"{at} ({type(value).__module__}.{type(value).__qualname__}) cannot be fetched as a "
+        f"NumPy array: {type(error).__name__}: {error}{hint}"
+    )
 
 
 _NO_ANSWERS: Final[dict[int, SessionRunValues]] = {}

@@ -25,6 +25,7 @@ import builtins
 import difflib
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, final
@@ -236,8 +237,19 @@ def options_from_env(environ: Mapping[str, str] | None = None) -> dict[str, dict
                 f"{OPTIONS_ENV}: {entry.strip()!r} is not of the form plugin.option=value "
                 "(for example nan_guard.lag=0)"
             )
+        if (comma := _COMMA_BEFORE_OPTION.search(value)) is not None:
+            wanted = f"{key.strip()}={value[: comma.start()]};{value[comma.start() + 1 :].strip()}"
+            raise PluginOptionError(
+                f"{OPTIONS_ENV}: {entry.strip()!r} holds another option after a ','; options "
+                f"are separated by ';' ({wanted!r})"
+            )
         found.setdefault(plugin, {})[option] = value
     return found
+
+
+#: A ``,`` followed by ``plugin.option=``: options joined by ``,`` instead of ``;`` (a
+#: list value's commas, ``progress.show=loss,accuracy``, are no such thing).
+_COMMA_BEFORE_OPTION: Final = re.compile(r",\s*[A-Za-z_][\w-]*\.[A-Za-z_]\w*\s*=")
 
 
 def resolve_options(

@@ -32,6 +32,7 @@ import pluggy
 
 from .. import hookspecs
 from ._errors import PluginError, PluginLoadError, PluginValidationError
+from ._foreign_callbacks import foreign_callbacks, warn_foreign_callbacks
 from ._markers import PROJECT_NAME
 from ._session_run_hook import SessionRunHook
 
@@ -423,13 +424,18 @@ class PluginManager(pluggy.PluginManager):
                     distribution=info.distribution,
                     hook=hook,
                 )
+        own = _own_functions(info.plugin)
         if info.source == "hook" and not self._impls_of(info.plugin) and not positional:
             self.unregister(info.plugin)
+            foreign = foreign_callbacks(own)
             raise PluginValidationError(
                 f"{info.describe()} implements none of the hooks "
-                f"({', '.join(sorted(_SPEC_NAMES))})",
+                f"({', '.join(sorted(_SPEC_NAMES))})"
+                + "".join(f"; {n!r} is another framework's, use {h!r}" for n, h in foreign.items()),
                 plugin=info.name,
             )
+        if info.source == "hook":
+            warn_foreign_callbacks(info.describe(), own)
         for hook, positional_impl in positional.items():
             self._positional.setdefault(hook, []).append(positional_impl)
         self._infos[info.name] = info

@@ -743,7 +743,8 @@ def test_show_of_something_that_is_no_checkpoint(
     )
     status, _, err = _cli(capsys, "show", "bad\0path")
     assert status == 2
-    assert err.startswith("monitored checkpoint show: error: bad\0path does not exist")
+    # the NUL printed escaped (test_ckpt_cli_printing.py)
+    assert err.startswith("monitored checkpoint show: error: bad\\x00path does not exist")
 
 
 @pytest.mark.parametrize("suffix", [".json", ".safetensors"])
@@ -1094,3 +1095,45 @@ def test_a_reader_that_goes_away_ends_a_checkpoint_command_quietly(
     finally:
         os.close(write)
     assert (done.returncode, done.stderr) == (1, "")
+
+
+# -- what a new user types ------------------------------------------------------------------------
+def test_show_path_name_prints_the_array_as_array_does(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    by_option = _cli(capsys, "show", run, "--array", "b")
+    assert by_option[0] == 0
+    assert _cli(capsys, "show", run, "b") == by_option
+    status, _, err = _cli(capsys, "show", run, "b", "--array", "w")
+    assert status == 2
+    assert "two arrays asked for: b and --array w" in err
+
+
+@pytest.mark.parametrize("suffix", ["", ".json", ".safetensors"])
+def test_ls_of_a_checkpoint_says_it_is_one_and_what_to_type(
+    run: Path, capsys: pytest.CaptureFixture[str], suffix: str
+) -> None:
+    path = f"{run}/model.ckpt-4{suffix}"
+    status, out, err = _cli(capsys, "ls", path)
+    assert (status, out) == (2, "")
+    assert f"{path} is a checkpoint, not a directory of them" in err
+    assert f"'monitored checkpoint show {path}' lists its arrays" in err
+    assert f"'monitored checkpoint ls {run}' the checkpoints beside it" in err
+
+
+def test_a_mistyped_subcommand_gets_a_did_you_mean(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, _, err = _cli(capsys, "lss", run)
+    assert status == 2
+    assert "invalid choice: 'lss'" in err
+    assert err.rstrip().endswith("did you mean 'ls'?")
+
+
+def test_a_mistyped_checkpoint_command_gets_a_did_you_mean(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["checkpont", "ls", str(run)])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.rstrip().endswith("did you mean 'checkpoint'?")

@@ -9,6 +9,7 @@ appears whole or not at all, on a local disk or any fsspec filesystem.
 
 from __future__ import annotations
 
+import logging
 from importlib.metadata import PackageNotFoundError, version
 
 from ._errors import (
@@ -28,6 +29,7 @@ from ._errors import (
 )
 from ._format import FORMAT_VERSION, Manifest, read_manifest
 from ._hook import CheckpointRestoreHook, CheckpointSaverHook, CheckpointSaverListener
+from ._printable import EscapeRecords
 from ._reader import list_variables, load_variable, read_checkpoint, resolve_checkpoint
 from ._saver import (
     CheckpointsIterator,
@@ -41,6 +43,9 @@ from ._saver import (
     restore_latest,
     wait_for_new_checkpoint,
 )
+
+# The plugin's log lines name files and arrays read from disk: none prints a terminal sequence.
+logging.getLogger("monitored.checkpoint").addFilter(EscapeRecords())
 
 try:
     __version__ = version("monitored-checkpoint")

@@ -16,15 +16,16 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 import numpy as np
 
 from ._errors import CheckpointError
-from ._format import _ITEMSIZE, check_step_name, read_manifest
+from ._format import _ITEMSIZE, DATA_SUFFIX, MANIFEST_SUFFIX, check_step_name, read_manifest
 from ._inspect import (
     ArrayStats,
     CheckpointDiff,
@@ -35,6 +36,7 @@ from ._inspect import (
     pick_checkpoint,
     verify,
 )
+from ._printable import printable
 from ._reader import load_variable, read_checkpoint
 from ._saver import split_save_path
 
@@ -82,6 +84,9 @@ def register(commands: Commands) -> None:
     show.add_argument(
         "--stats", action="store_true", help="also min, max, mean and NaN count of each array"
     )
+    show.add_argument(
+        "name", metavar="NAME", nargs="?", help="print the values of array NAME (as --array)"
+    )
     show.add_argument("--array", metavar="NAME", help="print the values of array NAME")
     show.add_argument("--json", action="store_true", help="print JSON instead of a table")
     show.set_defaults(handler=_guarded(_show))
@@ -123,13 +128,13 @@ def _guarded(command: _Command) -> _Command:
 
 
 def _error(args: argparse.Namespace, message: str) -> None:
-    print(f"monitored checkpoint {args.subcommand}: error: {message}", file=sys.stderr)
+    _say(f"monitored checkpoint {args.subcommand}: error: {message}", file=sys.stderr)
 
 
 def _note(args: argparse.Namespace, message: str | None) -> None:
     """Say on stderr (stdout may be JSON) what the user should know about the answer."""
     if message is not None:
-        print(f"monitored checkpoint {args.subcommand}: note: {message}", file=sys.stderr)
+        _say(f"monitored checkpoint {args.subcommand}: note: {message}", file=sys.stderr)
 
 
 def _describe(exc: BaseException) -> str:
@@ -138,19 +143,28 @@ def _describe(exc: BaseException) -> str:
 
 # -- ls -----------------------------------------------------------------------------------------
 def _ls(args: argparse.Namespace) -> int:
+    if _is_local_checkpoint(args.directory):  # ls runs/demo/model.ckpt-1300
+        parent = os.path.dirname(args.directory) or "."
+        _error(
+            args,
+            f"{args.directory} is a checkpoint, not a directory of them: 'monitored checkpoint "
+            f"show {args.directory}' lists its arrays, 'monitored checkpoint ls {parent}' the "
+            "checkpoints beside it",
+        )
+        return ERROR
     listing = inspect_directory(args.directory)
     rows = listing.rows
     damaged = [row for row in rows if row.problem is not None]
     if args.json:
-        print(json.dumps([dataclasses.asdict(row) for row in rows], indent=2))
+        print(json.dumps([dataclasses.asdict(row) for row in rows], indent=2))  # ASCII, escaped
     elif not rows:
-        print(f"No checkpoints in {args.directory}.")
+        _say(f"No checkpoints in {args.directory}.")
         if listing.holders:
             more = " (and maybe more)" if len(listing.holders) == 5 else ""
-            print(f"These subdirectories of it hold checkpoints{more}:")
+            _say(f"These subdirectories of it hold checkpoints{more}:")
             for holder in listing.holders:
-                print(f"  {holder}")
-            print(f"List one: monitored checkpoint ls {listing.holders[0]}")
+                _say(f"  {holder}")
+            _say(f"List one: monitored checkpoint ls {listing.holders[0]}")
     else:
         table = [
             (
@@ -194,18 +208,32 @@ def _restored_instead(rows: Sequence[CheckpointRow]) -> None:
     restored = next((row for row in rows if row.restored), None)
     newest = next((row for row in rows if row.newest), None)
     if restored is None:
-        print("no checkpoint here can be restored: each one is damaged")
+        _say("no checkpoint here can be restored: each one is damaged")
     elif newest is not None and newest.problem is not None:
-        print(
+        _say(
             f"the newest checkpoint, {newest.name}, is damaged: a restore skips it and uses "
             f"{restored.name} (step {restored.step})"
         )
     elif newest is not restored:
-        print(f"a restore uses {restored.name} (step {restored.step})")
+        _say(f"a restore uses {restored.name} (step {restored.step})")
+
+
+def _is_local_checkpoint(path: str) -> bool:
+    """Whether ``path`` names a checkpoint on the local disk (its manifest is beside it)."""
+    if "://" in path or os.path.isdir(path):
+        return False
+    for suffix in (MANIFEST_SUFFIX, DATA_SUFFIX):  # its manifest's or data file's path
+        path = path.removesuffix(suffix)
+    return os.path.isfile(path + MANIFEST_SUFFIX)
 
 
 # -- show ---------------------------------------------------------------------------------------
 def _show(args: argparse.Namespace) -> int:
+    if args.name is not None:  # show PATH NAME: the array NAME, as --array NAME
+        if args.array is not None and args.array != args.name:
+            _error(args, f"two arrays asked for: {args.name} and --array {args.array}; give one")
+            return ERROR
+        args.array = args.name
     if args.array is not None:
         if args.json or args.stats:
             _error(args, "--array prints one array's values; it takes neither --json nor --stats")
@@ -213,8 +241,9 @@ def _show(args: argparse.Namespace) -> int:
         picked = pick_checkpoint(args.path)
         _note(args, picked.note)
         array = load_variable(picked.path, args.array)
-        print(f"{args.array}: {array.dtype} {tuple(array.shape)}")
-        print(np.array2string(array, separator=", "))
+        _say(f"{args.array}: {array.dtype} {tuple(array.shape)}")
+        for line in np.array2string(array, separator=", ").splitlines():
+            _say(line)
         return OK
     picked = pick_checkpoint(args.path)
     _note(args, picked.note)
@@ -249,9 +278,9 @@ def _show(args: argparse.Namespace) -> int:
             "arrays": entries,
             "plugins": manifest.plugins,
         }
-        print(json.dumps(document, indent=2))
+        print(json.dumps(document, indent=2))  # ASCII, every control character escaped
         return OK
-    print(
+    _say(
         f"checkpoint {manifest.path}: step {manifest.step}, written {_when(manifest.created)}, "
         f"format version {manifest.format_version}"
     )
@@ -266,11 +295,9 @@ def _show(args: argparse.Namespace) -> int:
         for e in entries
     ]
     _table(headers, rows, right={3, 4, 5, 6, 7})
-    print(
-        f"{len(entries)} arrays, {total} bytes" + (f" ({_human(total)})" if total >= 1024 else "")
-    )
+    _say(f"{len(entries)} arrays, {total} bytes" + (f" ({_human(total)})" if total >= 1024 else ""))
     for plugin, saved in sorted(manifest.plugins.items()):
-        print(f"plugin {plugin}: {json.dumps(saved, sort_keys=True)}")
+        _say(f"plugin {plugin}: {json.dumps(saved, sort_keys=True)}")
     return OK
 
 
@@ -280,14 +307,14 @@ def _diff(args: argparse.Namespace) -> int:
     _note(args, a.note and f"a: {a.note}")
     _note(args, b.note and f"b: {b.note}")
     diff = diff_checkpoints(a.path, b.path)
-    print(f"a: {diff.a.path} (step {diff.a.step})")
-    print(f"b: {diff.b.path} (step {diff.b.step})")
+    _say(f"a: {diff.a.path} (step {diff.a.step})")
+    _say(f"b: {diff.b.path} (step {diff.b.step})")
     for name in diff.only_a:
-        print(f"only in a: {name}")
+        _say(f"only in a: {name}")
     for name in diff.only_b:
-        print(f"only in b: {name}")
+        _say(f"only in b: {name}")
     for name, (in_a, in_b) in diff.mismatched.items():
-        print(f"differs in dtype or shape: {name}: {in_a} in a, {in_b} in b")
+        _say(f"differs in dtype or shape: {name}: {in_a} in a, {in_b} in b")
     if diff.compared:
         _table(
             ("array", "max |a-b|", ""),
@@ -298,12 +325,12 @@ def _diff(args: argparse.Namespace) -> int:
             right={1},
         )
     if not diff.same_step:
-        print(f"the global step differs: {diff.a.step} in a, {diff.b.step} in b")
+        _say(f"the global step differs: {diff.a.step} in a, {diff.b.step} in b")
     if not diff.same_rng:
-        print("the RNG state differs")
+        _say("the RNG state differs")
     for plugin in diff.plugins:
-        print(_plugin_difference(diff, plugin))
-    print("equal" if diff.equal else "different")
+        _say(_plugin_difference(diff, plugin))
+    _say("equal" if diff.equal else "different")
     return OK if diff.equal else FOUND
 
 
@@ -319,22 +346,33 @@ def _plugin_difference(diff: CheckpointDiff, plugin: str) -> str:
 def _verify(args: argparse.Namespace) -> int:
     checked, problems = verify(args.directory)
     for problem in problems:
-        print(f"problem: {problem}")
+        _say(f"problem: {problem}")
     count = len(problems)
     verdict = f"{count} problem{'s' * (count != 1)}" if problems else "all verified"
-    print(f"{len(checked)} checkpoint{'s' * (len(checked) != 1)} checked: {verdict}")
+    _say(f"{len(checked)} checkpoint{'s' * (len(checked) != 1)} checked: {verdict}")
     return FOUND if problems else OK
 
 
 # -- output -------------------------------------------------------------------------------------
+def _say(text: str, file: TextIO | None = None) -> None:
+    """Print one line, every name in it (read from disk, maybe hostile) made printable.
+
+    Its characters the output's encoding lacks are printed as escapes, never an error
+    (see ``monitored._cli``). ``--json`` documents are printed as they are: ``json.dumps``
+    writes ASCII with every control character escaped, and a newline of its own.
+    """
+    print(printable(text), file=sys.stdout if file is None else file)
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> None:
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max(len(c) for c in column) for column in zip(headers, *rows, strict=True)]
     for line in (headers, *rows):
         cells = (
             cell.rjust(width) if i in right else cell.ljust(width)
             for i, (cell, width) in enumerate(zip(line, widths, strict=True))
         )
-        print("  ".join(cells).rstrip())
+        _say("  ".join(cells).rstrip())
 
 
 def _when(created: float | None) -> str:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from monitored import DamagedCheckpointError, MonitoredError
 
+from ._printable import printable
+
 __all__ = [
     "CheckpointDigestError",
     "CheckpointDirectoryError",
@@ -26,7 +28,20 @@ __all__ = [
 
 
 class CheckpointError(MonitoredError):
-    """Base class of every error raised by ``monitored-checkpoint``."""
+    """Base class of every error raised by ``monitored-checkpoint``.
+
+    Its message names files and arrays read from disk: every character a terminal
+    would act on is escaped in it (``\\x1b``), wherever it is printed, and a name's
+    line break too (``\\x0a``), so it is one line; a class whose messages list
+    several things, one a line, keeps its line breaks (``_lines``).
+    """
+
+    _lines = False
+
+    def __init__(self, *args: object) -> None:
+        if args and isinstance(args[0], str):
+            args = (printable(args[0], lines=self._lines), *args[1:])
+        super().__init__(*args)
 
 
 class CheckpointDirectoryError(CheckpointError):
@@ -71,8 +86,10 @@ class NoValidCheckpointError(CorruptCheckpointError):
     """The directory has checkpoints but none of them can be restored.
 
     Raised rather than silently starting afresh over someone's work; the message
-    lists each checkpoint and why it was rejected.
+    lists each checkpoint and why it was rejected, one a line.
     """
+
+    _lines = True
 
 
 class CheckpointVersionError(CheckpointError):
@@ -93,3 +110,8 @@ class UnsupportedArrayError(CheckpointError, TypeError):
 
 class CorruptCheckpointWarning(UserWarning):
     """A checkpoint was skipped on restore because it is unreadable; an older one is used."""
+
+    def __init__(self, *args: object) -> None:
+        if args and isinstance(args[0], str):  # names from disk, escaped as in errors
+            args = (printable(args[0]), *args[1:])
+        super().__init__(*args)
