@@ -62,6 +62,7 @@ class Coordinator:
         "_stopped",
         "_task_group",
         "_threads",
+        "_wake_callbacks",
         "stop_requested_by",
     )
 
@@ -86,6 +87,9 @@ class Coordinator:
         self._scopes: set[anyio.CancelScope] = set()
         self._idle: anyio.Event | None = None
         self._closing = False
+        #: Called by :meth:`wake_waiters` (and a first stop request): the session's
+        #: waits for input, which then look again whether the session stops.
+        self._wake_callbacks: list[Callable[[], object]] = []
         #: Who requested the stop first (the calling function's qualified name).
         self.stop_requested_by: str | None = None
 
@@ -103,6 +107,7 @@ class Coordinator:
         """
         if isinstance(ex, tuple):
             ex = ex[1]
+        first = False
         with self._lock:
             if (
                 ex is not None
@@ -114,13 +119,48 @@ class Coordinator:
                 self._exc = ex
                 log.error("Coordinator stopped with exception: %r", ex)
             if not self._stopped:
+                first = True
                 self.stop_requested_by = caller_name()
                 log.debug("Coordinator: stop requested by %s", self.stop_requested_by)
             self._stopped = True
+        if first:
+            self.wake_waiters()
 
     def should_stop(self) -> bool:
         """Whether a stop was requested."""
         return self._stopped
+
+    def wake_waiters(self) -> None:
+        """Have the session's waits for input look again whether the session stops.
+
+        A step loop waiting for its next batch (a :func:`monitored.data.prefetch`
+        pipeline whose loader is slow, or blocked in I/O) is not at a step
+        boundary, where stops are otherwise seen. A first :meth:`request_stop`
+        wakes it; so does this, for a stop that is not a coordinator's: a hook
+        that turns a signal into a stop after the current step (its
+        ``preempted_by`` set, as ``monitored-checkpoint``'s
+        ``CheckpointSaverHook`` does) calls it when the signal comes. A wait
+        woken while the session stops (or was stopped by a signal) ends without
+        a batch: the step that has none never starts, and the session closes
+        normally after the last finished step.
+
+        Safe from any thread. Not from a signal handler: schedule it on the event
+        loop (``loop.call_soon_threadsafe``), since a waiter takes locks the
+        interrupted code may hold.
+        """
+        for callback in list(self._wake_callbacks):
+            callback()
+
+    def _on_wake(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call ``callback`` (from the waking thread) on :meth:`wake_waiters`; returns
+        the function that stops that."""
+        self._wake_callbacks.append(callback)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._wake_callbacks.remove(callback)
+
+        return remove
 
     def clear_stop(self) -> None:
         """Forget the stop request and any recorded exception."""

@@ -189,6 +189,15 @@ class Pipeline:
         self._distributed = False
         #: Whether the agreement before this session's first batch was held.
         self._first_agreed = False
+        #: Set by the coordinator's wake-up (a stop, a preemption signal): a wait
+        #: for a batch then looks whether the session stops (``_stopping``).
+        self._woken = False
+        #: Removes this pipeline's wake-up from its session's coordinator.
+        self._unwake: Callable[[], None] | None = None
+        #: The signal that stopped the last session (``stopped_by_signal``), if any.
+        self._preempted: str | None = None
+        #: Threads inside a call of the source: thread ident -> the batch index.
+        self._calling: dict[int, int] = {}
 
     # -- the position ----------------------------------------------------------------------
     @property
@@ -377,11 +386,52 @@ class Pipeline:
         if self._grace is None:
             self._grace = float(getattr(session, "_stop_grace_period_secs", _DEFAULT_GRACE_SECS))
         self._spawn = coord.start_soon
+        if self._unwake is not None:
+            self._unwake()
+        self._woken, self._preempted = False, None
+        self._unwake = coord._on_wake(self._wake_consumer)
         self._start()
 
     def end(self, session: MonitoredSession) -> None:
         """Forget the session: iterating the pipeline later is no longer its loop."""
+        self._preempted = session.stopped_by_signal
         self._session = None
+        if self._unwake is not None:
+            self._unwake()
+            self._unwake = None
+
+    def _wake_consumer(self) -> None:
+        """The coordinator's wake-up (any thread): a wait for a batch looks again
+        whether the session stops."""
+        with self._lock:
+            self._woken = True
+            event, self._waiting = self._waiting, None
+        if event is not None:
+            self._set(event)
+
+    def _stopping(self) -> str | None:
+        """Why the session stops while the step loop waits for a batch, if it does.
+
+        Alone only: with other processes a stop is agreed at the end of a step,
+        and the others would wait in that step's collectives for this one.
+        """
+        session = self._session
+        if session is None or self._distributed:
+            return None
+        signal_name = session.stopped_by_signal
+        if signal_name is not None:
+            return f"{signal_name} received"
+        if session.should_stop():
+            return f"stop requested by {session.coord.stop_requested_by or 'the coordinator'}"
+        return None
+
+    def _stopped_while_waiting(self, index: int, why: str) -> OutOfRangeError:
+        """The end of the input for a step loop that waits for batch ``index`` while
+        the session stops: the session closes normally, after the last finished step."""
+        return OutOfRangeError(
+            f"input pipeline {self.name!r}: the session stops ({why}) while batch {index} "
+            "is still being made; the step that needed it does not run"
+        )
 
     def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
         """With other processes, stop after this step when no batch follows it.
@@ -509,21 +559,40 @@ class Pipeline:
             )
 
     async def _join(self, threads: list[threading.Thread]) -> None:
+        """Wait for the worker threads, at most the grace period; after a preemption
+        signal, not for a call of the source (its batch would never be used)."""
         grace = self._grace if self._grace is not None else _DEFAULT_GRACE_SECS
         deadline = time.monotonic() + grace
         # Polled, not joined in a worker thread: a hung producer must not leave
         # another thread blocked behind it.
-        while any(t.is_alive() for t in threads) and time.monotonic() < deadline:  # noqa: ASYNC110
+        while (alive := [t for t in threads if t.is_alive()]) and time.monotonic() < deadline:
+            if self._preempted is not None and all(t.ident in self._calling for t in alive):
+                break
             await anyio.sleep(_POLL_SECS)
-        hung = [t.name for t in threads if t.is_alive()]
-        if hung:
+        hung = [t for t in threads if t.is_alive()]
+        if hung and self._preempted is not None:
+            calls = ", ".join(self._describe_call(t) for t in hung)
+            log.warning(
+                "input pipeline %r: the session stopped on %s; producer thread(s) %s still "
+                "in a call of the source, abandoned (daemon threads: they do not hold up "
+                "the process's exit, and their batches are never used)",
+                self.name,
+                self._preempted,
+                calls,
+            )
+        elif hung:
             log.warning(
                 "input pipeline %r: producer thread(s) %s still running %.3gs after the stop "
                 "(the grace period); left behind as daemon threads",
                 self.name,
-                ", ".join(hung),
+                ", ".join(t.name for t in hung),
                 grace,
             )
+
+    def _describe_call(self, thread: threading.Thread) -> str:
+        """The thread's name, and the batch it is making if it is in a call of the source."""
+        index = self._calling.get(thread.ident or 0)
+        return thread.name if index is None else f"{thread.name} (making batch {index})"
 
     # -- producers -------------------------------------------------------------------------
     def _claimable_locked(self, gen: int) -> int | None:
@@ -568,12 +637,18 @@ class Pipeline:
                 if only is not None and index != only:
                     return -1
                 self._claim = index + 1
+            calling = self._calling
+            thread = threading.get_ident()
             try:
-                if self._load is not None:
-                    batch = self._load(index)
-                else:
-                    assert reader is not None
-                    batch = reader.read(index, self._open_sync)
+                calling[thread] = index
+                try:
+                    if self._load is not None:
+                        batch = self._load(index)
+                    else:
+                        assert reader is not None
+                        batch = reader.read(index, self._open_sync)
+                finally:
+                    del calling[thread]
                 if locked:
                     assert reader is not None
                     reader.lock.release()
@@ -766,6 +841,8 @@ class Pipeline:
                     following = self._ready.get(index + 1, _MISSING)
                 else:
                     self._raise_locked(index)
+                    if self._woken and (why := self._stopping()) is not None:
+                        raise self._stopped_while_waiting(index, why)
                     if not in_place:
                         event = self._waiting = anyio.Event()
             if space is not None:
@@ -821,6 +898,8 @@ class Pipeline:
                     return True  # a batch, or what the next take() raises
                 elif self._end is not None and index >= self._end:
                     return False
+                elif self._woken and self._stopping() is not None:
+                    return True  # the next take() ends the input
                 elif not in_place:
                     event = self._waiting = anyio.Event()
             if space is not None:

@@ -88,6 +88,32 @@ def test_a_record_claiming_more_than_the_file_is_not_read(tmp_path: Path) -> Non
     assert [e.step for e in summary_iterator(path)] == [1]
 
 
+@pytest.mark.parametrize("claimed", [2 << 30, (1 << 31) - 1, (1 << 64) - 1])
+@pytest.mark.parametrize("tail", [0, 5, 100])
+def test_a_last_record_claiming_more_than_the_bound_and_the_file_is_a_cut_tail(
+    tmp_path: Path, claimed: int, tail: int
+) -> None:
+    """Issue 31 §6: a length beyond the bound that the file does not hold is a tail
+    cut short (a crash, a writer still writing), as TensorBoard reads it: every
+    complete event before it, then the end; nothing of it is allocated."""
+    header = struct.pack("<Q", claimed)
+    path = tmp_path / "events.out.tfevents.cut"
+    path.write_bytes(
+        record(event(1))
+        + record(event(2))
+        + header
+        + struct.pack("<I", masked_crc32c(header))
+        + b"\x00" * tail
+    )
+    tracemalloc.start()
+    try:
+        assert [e.step for e in summary_iterator(path)] == [1, 2]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20
+
+
 def sparse_event_file(path: Path, claimed: int) -> int:
     """A good event, then a record header claiming ``claimed`` bytes, in a sparse file
     as long as the claim (no disk used); returns the offset of the big record."""

@@ -295,7 +295,7 @@ class CheckpointSaverHook:
                 await saving
         self._timer.update_last_triggered_step(step)
         signals = self._signals
-        if signals is not None and not signals.installed and signals.install():
+        if signals is not None and not signals.installed and signals.install(coord.wake_waiters):
             coord.start_soon(self._restore_signals_on_stop, coord)
 
     def after_run(

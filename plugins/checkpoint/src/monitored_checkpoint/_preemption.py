@@ -49,6 +49,8 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any, Final, final
 
+import anyio.lowlevel
+
 __all__ = ["ABORT_REPEAT_SECS", "ABORT_WITHIN_SECS", "DEFAULT_SIGNALS", "SignalWatcher"]
 
 log = logging.getLogger("monitored.checkpoint")
@@ -102,6 +104,7 @@ def _dispatch(signum: int, frame: FrameType | None) -> None:
     fresh = [watcher for watcher in listening if watcher.received is None]
     for watcher in fresh:
         watcher.received = signal.Signals(signum)
+        watcher._notify()
     if heard:  # a session that started since the first signal stops too, unannounced
         heard[0]._handle_again(signum, frame)
     elif fresh:
@@ -112,23 +115,34 @@ def _dispatch(signum: int, frame: FrameType | None) -> None:
 class SignalWatcher:
     """Records the first preemption signal; put in place from the main thread only."""
 
-    __slots__ = ("_signals", "received")
+    __slots__ = ("_on_signal", "_signals", "_soon", "received")
 
     def __init__(self, signals: Iterable[signal.Signals] = DEFAULT_SIGNALS) -> None:
         self._signals = tuple(signals)
         #: The first signal received, or ``None``.
         self.received: signal.Signals | None = None
+        self._on_signal: Callable[[], object] | None = None
+        #: The event loop's signal-safe "call soon" (asyncio's ``call_soon_threadsafe``,
+        #: trio's ``run_sync_soon``), for ``_on_signal``.
+        self._soon: Callable[[Callable[[], object]], object] | None = None
 
     @property
     def installed(self) -> bool:
         """Whether this watcher receives signals."""
         return self in _active
 
-    def install(self) -> bool:
-        """Start receiving signals; ``False`` (and nothing done) off the main thread."""
+    def install(self, on_signal: Callable[[], object] | None = None) -> bool:
+        """Start receiving signals; ``False`` (and nothing done) off the main thread.
+
+        ``on_signal`` is called in the running event loop soon after the first
+        signal (never in the signal handler, where the interrupted code may hold
+        any lock): the session's ``coord.wake_waiters``, so that a step loop
+        waiting for its input rather than running a step stops too.
+        """
         if self.installed:
             return True
         self.received = None
+        self._on_signal, self._soon = on_signal, _loop_soon() if on_signal is not None else None
         if threading.current_thread() is not threading.main_thread():
             log.info(
                 "preemption handling is off: signal handlers can only be set in the main "
@@ -159,6 +173,12 @@ class SignalWatcher:
             if signal.getsignal(sig) is _dispatch:  # unless replaced since
                 signal.signal(sig, signal.SIG_DFL if previous is None else previous)
 
+    def _notify(self) -> None:
+        """Schedule ``on_signal`` in the event loop (signal-safe: it only queues a call)."""
+        if self._on_signal is not None and self._soon is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                self._soon(self._on_signal)
+
     def _handle_again(self, signum: int, frame: FrameType | None) -> None:
         """A signal after the first: a SIGINT aborts, a SIGTERM is ignored."""
         if signum == signal.SIGINT:
@@ -171,6 +191,23 @@ class SignalWatcher:
             _say("monitored-checkpoint: SIGINT again: aborting")
             _abort(frame)
         # A repeated SIGTERM: the save it asks for is under way already.
+
+
+def _loop_soon() -> Callable[[Callable[[], object]], object] | None:
+    """The running event loop's call-soon that may be called from a signal handler.
+
+    asyncio's ``call_soon_threadsafe`` only appends to the loop's queue and
+    writes a byte to its self-pipe (what asyncio's own signal handling does);
+    trio documents ``run_sync_soon`` as safe from signal handlers.
+    """
+    try:
+        native: Any = anyio.lowlevel.current_token().native_token
+    except RuntimeError:  # no event loop
+        return None
+    soon: Any = getattr(native, "call_soon_threadsafe", None) or getattr(
+        native, "run_sync_soon", None
+    )
+    return soon if callable(soon) else None
 
 
 def _announce(received: signal.Signals, abortable: bool) -> None:

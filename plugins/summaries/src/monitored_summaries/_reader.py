@@ -16,7 +16,9 @@ and a corrupt record is a :class:`SummaryReaderError` naming the file and the
 offset.
 
 A file cut short (a crash, or a writer still writing) yields every complete
-event: a last record that extends past the end of the file ends the iteration.
+event: a last record that extends past the end of the file ends the iteration,
+whatever length its header claims (2 GiB, ``2**64 - 1``): only a record the file
+holds whole is checked against ``max_record_bytes``.
 """
 
 from __future__ import annotations
@@ -117,15 +119,18 @@ def _records(
                 f"{name}: corrupt record header at byte {offset} (checksum mismatch); "
                 "not an event file, or damaged"
             )
+        record_size = header_size + length + footer_size
+        if offset + record_size > size:
+            # A record that claims more than the file holds, however much (2 GiB,
+            # 2**64 - 1): a tail cut short by a crash, or still being written. Every
+            # complete event was yielded; stop, as TensorBoard's reader does.
+            return
         if length > max_record_bytes:
             raise SummaryReaderError(
                 f"{name}: the record at byte {offset} claims {length} bytes, more than "
                 f"the {max_record_bytes} a record may have (summary_iterator's "
                 "max_record_bytes); refused"
             )
-        record_size = header_size + length + footer_size
-        if offset + record_size > size:
-            return  # cut short: every complete event was yielded
         if len(buffer) - at < record_size:
             wanted = max(record_size - (len(buffer) - at), min(_CHUNK, size - offset))
             buffer = buffer[at:] + file.read(wanted)
