@@ -38,7 +38,9 @@ from ._errors import (
     install_hint,
 )
 from ._fetch import Fetcher, fetch_many
+from ._launcher import check_launch
 from ._options import resolve_options
+from ._ownership import RunOwner
 from ._plugins import (
     DISABLE_AUTOLOAD_ENV,
     PluginInfo,
@@ -51,6 +53,7 @@ from ._plugins import (
 )
 from ._profiler import StepTrace
 from ._run import RunOptions, SessionRunArgs, SessionRunContext, SessionRunValues
+from ._run_claim import claim_session_directories, release_all
 from ._scaffold import Scaffold, SessionManager
 from ._state import TrainState, check_global_step
 from ._tf1_arguments import refuse_tf1_arguments
@@ -238,6 +241,8 @@ class MonitoredSession:
         self._created_once = False
         #: What ``raise_after_close`` asked to raise once the session closed normally.
         self._after_close: BaseException | None = None
+        #: The run directories this chief's session owns until it closes (``_run_claim``).
+        self._owners: list[RunOwner] = []
 
     # -- properties -----------------------------------------------------------------------
     @property
@@ -314,6 +319,12 @@ class MonitoredSession:
         self._finalizes_state = not self._state.finalized
         try:
             await self._register_plugins()
+            check_launch(
+                trains_alone=isinstance(self._cluster, LocalCluster),
+                idle_suppliers=self._idle_suppliers,
+            )
+            if self.is_chief:
+                self._owners = await claim_session_directories(self._require_plan(), self)
         except BaseException as exc:
             self._cluster.fail(exc)
             raise
@@ -392,10 +403,12 @@ class MonitoredSession:
         try:
             await self._close_open(failure)
         except BaseException as exc:
+            release_all(self._owners)
             # What escapes the close (a stop decision timing out, an ``end`` hook, a
             # background task) is this process's failure as much as one known before.
             self._cluster.fail(exc)
             raise
+        release_all(self._owners)
         if failure is not None:
             self._cluster.fail(failure)
 
