@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 import numpy as np
+import pytest
 
 import monitored
 
@@ -232,7 +233,9 @@ def test_tf1_estimator_port_resumes_bit_for_bit_after_sigkill(
                 child.wait()
         assert child.returncode == -signal.SIGKILL
         last = _newest_checkpoint_step(directory) + rng.randint(1, 150)
-        resumed, _ = anyio.run(port.train, last, 0, str(directory))
+        # The killed run's claim on its directory is taken over, saying so.
+        with pytest.warns(monitored.RunTakenOverWarning, match=f"process {child.pid} is gone"):
+            resumed, _ = anyio.run(port.train, last, 0, str(directory))
         straight, _ = anyio.run(port.train, last, 0, str(tmp_path / f"straight-{trial}"))
         assert resumed.global_step == straight.global_step == last
         for name in straight:

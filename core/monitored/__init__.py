@@ -55,8 +55,17 @@ if _TYPE_CHECKING:
     from ._core._config import TrainingConfig
     from ._core._coordinator import Coordinator, LooperThread
     from ._core._fetch import OptionalFetch, optional
+    from ._core._launcher import UnconnectedTasksError
     from ._core._markers import hookimpl, hookspec
     from ._core._options import Option
+    from ._core._ownership import (
+        RunOwnedError,
+        RunOwnershipLostError,
+        RunOwnershipWarning,
+        RunTakenOverWarning,
+        check_run_owner,
+        claim_run,
+    )
     from ._core._plugins import PluginInfo, installed_plugins
     from ._core._profiler import BackgroundSpan, ProfilerHook, StepTrace
     from ._core._run import RunOptions, SessionRunArgs, SessionRunContext, SessionRunValues
@@ -141,8 +150,17 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
     "._core._config": ("TrainingConfig",),
     "._core._coordinator": ("Coordinator", "LooperThread"),
     "._core._fetch": ("OptionalFetch", "optional"),
+    "._core._launcher": ("UnconnectedTasksError",),
     "._core._markers": ("hookimpl", "hookspec"),
     "._core._options": ("Option",),
+    "._core._ownership": (
+        "RunOwnedError",
+        "RunOwnershipLostError",
+        "RunOwnershipWarning",
+        "RunTakenOverWarning",
+        "check_run_owner",
+        "claim_run",
+    ),
     "._core._plugins": ("PluginInfo", "installed_plugins"),
     "._core._profiler": ("BackgroundSpan", "ProfilerHook", "StepTrace"),
     "._core._run": ("RunOptions", "SessionRunArgs", "SessionRunContext", "SessionRunValues"),
@@ -319,6 +337,10 @@ __all__ = [
     "RMSPropOptimizer",
     "RawSession",
     "RunOptions",
+    "RunOwnedError",
+    "RunOwnershipLostError",
+    "RunOwnershipWarning",
+    "RunTakenOverWarning",
     "Scaffold",
     "SecondOrStepTimer",
     "SessionManager",
@@ -336,12 +358,15 @@ __all__ = [
     "TrainState",
     "TrainingConfig",
     "UnavailableError",
+    "UnconnectedTasksError",
     "UnsafeFileError",
     "UnsupportedArgumentError",
     "WarmStartError",
     "__version__",
     "add_queue_runner",
     "assign_moving_average",
+    "check_run_owner",
+    "claim_run",
     "clip_by_average_norm",
     "clip_by_global_norm",
     "clip_by_norm",

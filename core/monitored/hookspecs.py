@@ -60,6 +60,7 @@ __all__ = [
     "register_commands",
     "restore_checkpoint",
     "restore_state",
+    "run_directories",
     "save_checkpoint",
     "summary_hooks",
     "summary_writer",
@@ -176,6 +177,20 @@ def training_hooks(config: TrainingConfig) -> Sequence[object] | None:
     returns the hooks that implement its feature for that configuration (a
     checkpoint plugin returns its saver hook when ``checkpoint_dir`` is set), or
     ``None``. The hooks are called after the user's own hooks.
+    """
+
+
+@hookspec
+def run_directories(session: MonitoredSession) -> Sequence[str] | None:
+    """The directories this hook writes to during ``session``, which the chief must own.
+
+    Called once on the chief, before any ``begin``: the session claims every
+    directory returned (one run, one writer) and keeps it until it closes. A
+    directory another live training owns stops the session with
+    :class:`~monitored.RunOwnedError` before anything is restored or written; a
+    dead owner's claim is taken over with a :class:`~monitored.RunTakenOverWarning`.
+    Return paths or URLs (a relative path is resolved once, against the working
+    directory at the session's start), or ``None``. Readers return nothing.
     """
 
 

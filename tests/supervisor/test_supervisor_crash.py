@@ -118,7 +118,9 @@ def test_a_killed_supervisor_run_resumes_from_its_newest_checkpoint(tmp_path: Pa
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the kill left no damaged checkpoint behind
-        resumed = anyio.run(restart)
+        # ... and a claim on the run directory, taken over, saying so (one writer per run).
+        with pytest.warns(monitored.RunTakenOverWarning, match=f"process {child.pid} is gone"):
+            resumed = anyio.run(restart)
     assert init_calls == [], "a restored run does not initialize from scratch"
 
     uninterrupted = monitored.TrainState(seed=11)

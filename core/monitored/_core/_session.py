@@ -43,9 +43,12 @@ from ._coordinator import END_OF_INPUT, Coordinator
 from ._errors import OutOfRangeError
 from ._fetch import Fetcher
 from ._host import TaskHost
+from ._launcher import check_launch
+from ._ownership import RunOwner
 from ._plugins import PluginInfo
 from ._profiler import StepTrace
 from ._run import RunOptions, SessionRunArgs, SessionRunContext, SessionRunValues
+from ._run_claim import claim_session_directories, release_all
 from ._scaffold import Scaffold, SessionManager
 from ._session_plugins import PluginRegistration
 from ._session_recovery import Recovery
@@ -226,6 +229,8 @@ class MonitoredSession(Recovery, StopAgreement, PluginRegistration, PluginServic
         self._created_once = False
         #: What ``raise_after_close`` asked to raise once the session closed normally.
         self._after_close: BaseException | None = None
+        #: The run directories this chief's session owns until it closes (``_run_claim``).
+        self._owners: list[RunOwner] = []
 
     # -- properties -----------------------------------------------------------------------
     @property
@@ -317,6 +322,12 @@ class MonitoredSession(Recovery, StopAgreement, PluginRegistration, PluginServic
         self._finalizes_state = not self._state.finalized
         try:
             await self._register_plugins()
+            check_launch(
+                trains_alone=isinstance(self._cluster, LocalCluster),
+                idle_suppliers=self._idle_suppliers,
+            )
+            if self.is_chief:
+                self._owners = await claim_session_directories(self._require_plan(), self)
         except BaseException as exc:
             self._cluster.fail(exc)
             raise
@@ -397,10 +408,12 @@ class MonitoredSession(Recovery, StopAgreement, PluginRegistration, PluginServic
         try:
             await self._close_open(failure)
         except BaseException as exc:
+            release_all(self._owners)
             # What escapes the close (a stop decision timing out, an ``end`` hook, a
             # background task) is this process's failure as much as one known before.
             self._cluster.fail(exc)
             raise
+        release_all(self._owners)
         if failure is not None:
             self._cluster.fail(failure)
 

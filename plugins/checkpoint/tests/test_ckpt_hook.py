@@ -570,7 +570,8 @@ async def test_checkpoints_on_an_fsspec_url(mem_dir: str) -> None:
 
 async def test_basename_is_used(ckpt_dir: str) -> None:
     await train(ckpt_dir, 1, checkpoint_basename="net")
-    assert sorted(os.listdir(ckpt_dir))[1:3] == ["net-0.json", "net-0.safetensors"]
+    names = sorted(n for n in os.listdir(ckpt_dir) if not n.startswith("."))
+    assert names[1:3] == ["net-0.json", "net-0.safetensors"]
 
 
 # -- MonitoredTrainingSession and the plugin -----------------------------------------------------

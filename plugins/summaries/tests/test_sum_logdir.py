@@ -198,7 +198,7 @@ def test_a_remote_writer_that_cannot_start_leaves_no_staging_directory(
     def no_events_file(*args: Any, **kwargs: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("monitored_summaries._writer.EventsWriter", no_events_file)
+    monkeypatch.setattr("monitored_summaries._writer.OrderedEventsWriter", no_events_file)
     with pytest.raises(SummaryDirectoryError, match="No space left"):
         FileWriter(mem_dir)
     assert os.listdir(tmp_path) == []

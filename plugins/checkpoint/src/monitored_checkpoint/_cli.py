@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, TextIO
+from typing import TYPE_CHECKING, Any, Final, TextIO, TypeVar
 
 import numpy as np
 
@@ -30,27 +30,34 @@ from ._inspect import (
     ArrayStats,
     CheckpointDiff,
     CheckpointRow,
+    VerifyReport,
     array_stats,
     diff_checkpoints,
     inspect_directory,
+    is_incomplete,
     pick_checkpoint,
-    verify,
+    verify_report,
 )
 from ._printable import printable
 from ._reader import load_variable, read_checkpoint
 from ._saver import split_save_path
+from ._settle import Settled, settle
+from ._store import open_store
 
 if TYPE_CHECKING:
     from monitored import Commands
 
 __all__ = ["register"]
 
-#: Exit statuses.
+#: Exit statuses (``verify`` of a directory: 1 a damaged checkpoint or state file, a
+#: restore still finds a good one; 3 it holds checkpoints and none verifies).
 OK: Final = 0
 FOUND: Final = 1
 ERROR: Final = 2
+NOTHING: Final = 3
 
 _Command = Callable[[argparse.Namespace], int]
+_T = TypeVar("_T")
 
 
 def register(commands: Commands) -> None:
@@ -152,9 +159,20 @@ def _ls(args: argparse.Namespace) -> int:
             "checkpoints beside it",
         )
         return ERROR
-    listing = inspect_directory(args.directory)
+    listing, settled = _settled(
+        args.directory,
+        lambda: inspect_directory(args.directory),
+        lambda listing: (
+            [p for row in listing.rows if (p := _damage(row)) is not None]
+            + ([listing.state_problem] if listing.state_problem is not None else [])
+        ),
+    )
     rows = listing.rows
-    damaged = [row for row in rows if row.problem is not None]
+    damaged = [
+        row
+        for row in rows
+        if (problem := _damage(row)) is not None and not _being_written(args, settled, problem)
+    ]
     if args.json:
         print(json.dumps([dataclasses.asdict(row) for row in rows], indent=2))  # ASCII, escaped
     elif not rows:
@@ -179,20 +197,53 @@ def _ls(args: argparse.Namespace) -> int:
         ]
         _table(("step", "written", "size", "arrays", "notes", "name"), table, right={0, 2, 3})
         _restored_instead(rows)
-    if listing.state_problem is not None:
-        _error(args, listing.state_problem)
+    state_problem = listing.state_problem
+    if state_problem is not None and _being_written(args, settled, state_problem):
+        state_problem = None
+    if state_problem is not None:
+        _error(args, state_problem)
+    for row in rows:
+        if is_incomplete(row):
+            _note(args, f"{row.path}: {row.problem}")
     for row in damaged:
         assert row.problem is not None
         # Most problems name the file at fault, which starts with the checkpoint's path.
         _error(
             args, row.problem if row.problem.startswith(row.path) else f"{row.path}: {row.problem}"
         )
-    return FOUND if damaged or listing.state_problem is not None else OK
+    return FOUND if damaged or state_problem is not None else OK
+
+
+def _damage(row: CheckpointRow) -> str | None:
+    """What is wrong with ``row``, with its path; ``None`` for a good or incomplete one."""
+    if row.problem is None or is_incomplete(row):
+        return None
+    return row.problem if row.problem.startswith(row.path) else f"{row.path}: {row.problem}"
+
+
+def _settled(
+    path: str, read: Callable[[], _T], problems: Callable[[_T], Sequence[str]]
+) -> tuple[_T, Settled | None]:
+    """``read()``, retried while a live writer changes the directory (``_settle``)."""
+    store = open_store(path)
+    if not store.is_directory():
+        return read(), None
+    return settle(store, read, problems)
+
+
+def _being_written(args: argparse.Namespace, settled: Settled | None, problem: str) -> bool:
+    """Whether ``problem`` is about files a live writer changed during the read (a note)."""
+    if settled is None or not settled.in_flux(problem):
+        return False
+    _note(args, f"being written (changed while read, not damage): {problem}")
+    return True
 
 
 def _notes(row: CheckpointRow) -> str:
     """``damaged``, ``newest`` (or, damaged, skipped), ``restored`` (when the newest is
     not), ``kept forever``."""
+    if is_incomplete(row):
+        return "incomplete (no manifest), ignored by a restore"
     notes = ["damaged"] if row.problem is not None else []
     if row.newest:
         notes.append("newest, skipped by a restore" if row.problem is not None else "newest")
@@ -344,13 +395,24 @@ def _plugin_difference(diff: CheckpointDiff, plugin: str) -> str:
 
 # -- verify -------------------------------------------------------------------------------------
 def _verify(args: argparse.Namespace) -> int:
-    checked, problems = verify(args.directory)
+    report, settled = _settled(args.directory, lambda: verify_report(args.directory), _problems)
+    problems = [p for p in report.problems if not _being_written(args, settled, p)]
     for problem in problems:
         _say(f"problem: {problem}")
+    for note in report.notes:
+        _say(f"note: {note}")
+    checked = report.checked
+    nothing = report.directory and bool(checked) and report.restorable is None
+    if nothing:
+        _say("nothing restorable: no checkpoint of this directory verifies")
     count = len(problems)
     verdict = f"{count} problem{'s' * (count != 1)}" if problems else "all verified"
     _say(f"{len(checked)} checkpoint{'s' * (len(checked) != 1)} checked: {verdict}")
-    return FOUND if problems else OK
+    return NOTHING if nothing else FOUND if problems else OK
+
+
+def _problems(report: VerifyReport) -> list[str]:
+    return report.problems
 
 
 # -- output -------------------------------------------------------------------------------------

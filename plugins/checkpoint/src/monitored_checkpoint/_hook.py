@@ -35,7 +35,7 @@ from ._errors import CorruptCheckpointWarning
 from ._format import Snapshot, SnapshotBuffers, take_snapshot
 from ._preemption import SignalWatcher
 from ._saver import Saver, restore_latest_quietly
-from ._store import open_store
+from ._store import fixed_directory, open_store
 from ._writer import BackgroundWriter, PendingWrite
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ class CheckpointRestoreHook:
     save_checkpoint = staticmethod(_capability.save_checkpoint)
 
     def __init__(self, checkpoint_dir: str | os.PathLike[str]) -> None:
-        self.checkpoint_dir = os.fspath(checkpoint_dir)
+        self.checkpoint_dir = fixed_directory(checkpoint_dir)
 
     async def restore_state(self, session: MonitoredSession) -> str | None:
         return await _restore(session, self.checkpoint_dir)
@@ -240,7 +240,8 @@ class CheckpointSaverHook:
             raise ValueError(
                 f"checkpoint_basename must be a plain file name, got {checkpoint_basename!r}"
             )
-        self.checkpoint_dir = os.fspath(checkpoint_dir)
+        # Resolved once: an os.chdir during training does not move the checkpoints.
+        self.checkpoint_dir = fixed_directory(checkpoint_dir)
         #: ``<checkpoint_dir>/<basename>``: checkpoints are ``<save_path>-<step>``.
         self.save_path = open_store(self.checkpoint_dir).path(checkpoint_basename)
         self.saver = saver if saver is not None else Saver()
@@ -266,6 +267,10 @@ class CheckpointSaverHook:
         return self._writer.pending if self._writer is not None else None
 
     # -- hooks --------------------------------------------------------------------------------
+    def run_directories(self, session: MonitoredSession) -> list[str]:
+        """The checkpoint directory: the chief's session owns it before anything is restored."""
+        return [self.checkpoint_dir]
+
     async def begin(self, session: MonitoredSession) -> None:
         # Fails now, not at the first save: a missing or read-only directory, or
         # one that holds another project's checkpoints.

@@ -45,12 +45,15 @@ __all__ = [
     "CheckpointRow",
     "DirectoryListing",
     "PickedCheckpoint",
+    "VerifyReport",
     "array_stats",
     "diff_checkpoints",
     "inspect_directory",
+    "is_incomplete",
     "list_checkpoints",
     "pick_checkpoint",
     "verify",
+    "verify_report",
 ]
 
 #: Elements compared per chunk, so a diff of large arrays needs little extra memory.
@@ -498,17 +501,49 @@ def _max_abs_difference(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any]) -> flo
 def verify(path: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
     """Check a directory's checkpoints (or one checkpoint): ``(checked paths, problems)``.
 
+    :func:`verify_report`'s checked paths and problems (its notes left out).
+    """
+    report = verify_report(path)
+    return report.checked, report.problems
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """What ``monitored checkpoint verify`` finds (:func:`verify_report`)."""
+
+    #: The checkpoints checked (paths), oldest step first.
+    checked: list[str]
+    #: What is wrong: a damaged checkpoint, state file or entry; each names its file.
+    problems: list[str]
+    #: What a restore ignores and is no damage: a data file without its manifest (a
+    #: save interrupted, or in progress beside a live writer).
+    notes: list[str]
+    #: The checkpoint a restore uses (the first of the restore order that verified).
+    restorable: str | None
+    #: Whether a directory was checked (not one checkpoint named by its path).
+    directory: bool
+
+
+def verify_report(path: str | os.PathLike[str]) -> VerifyReport:
+    """Check a directory's checkpoints (or one checkpoint), telling damage from leftovers.
+
     Every checkpoint's manifest (fields, its own checksum, its step against its
     name) and data file (size, header against the manifest, CRC-32), the
     directory's state file (parses, written by this package, lists only
     checkpoints that exist), and every entry named like a checkpoint file that
-    is not a good one: a FIFO, a directory or a link out of the directory, a
-    data file without its manifest. Each problem names the file and what is wrong.
+    is not a good one: a FIFO, a directory or a link out of the directory. Each
+    problem names the file and what is wrong. A data file without its manifest
+    is a note, not a problem: a restore ignores it.
     """
     given = os.fspath(path)
     store = open_store(given)
     problems: list[str] = []
-    if store.is_directory() and not _names_a_file(given.rstrip("/")):
+    notes: list[str] = []
+    good: set[str] = set()
+    order: list[str]
+    directory = store.is_directory() and not _names_a_file(given.rstrip("/"))
+    if directory:
         scan = _scan(store)
         problems += _state_file_problems(scan)
         checkpoints = scan.checkpoints
@@ -518,12 +553,13 @@ def verify(path: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
                 + _holders_hint(_holders(store))
             )
         manifests = scan.manifests
+        order = scan.restore_order()
     else:
         store, name = locate_checkpoint(given.rstrip("/"))
-        checkpoints, manifests, scan = [name], {name}, None
+        checkpoints, manifests, scan, order = [name], {name}, None, [name]
     for name in checkpoints:
         if name not in manifests:
-            problems.append(f"{store.path(name)}: {_no_manifest(name)}")
+            notes.append(f"{store.path(name)}: {_no_manifest(name)}")
             continue
         try:
             manifest = read_manifest(store, name)
@@ -531,9 +567,23 @@ def verify(path: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
             verify_arrays(store, manifest)
         except CheckpointError as exc:
             problems.append(str(exc))
+        else:
+            good.add(name)
     if scan is not None:
         problems += [f"{row.path}: {row.problem}" for row in map(partial(_odd_row, scan), scan.odd)]
-    return [store.path(name) for name in checkpoints], problems
+    restorable = next((store.path(n) for n in order if n in good), None)
+    return VerifyReport(
+        [store.path(name) for name in checkpoints if name in manifests],
+        problems,
+        notes,
+        restorable,
+        directory,
+    )
+
+
+def is_incomplete(row: CheckpointRow) -> bool:
+    """Whether ``row`` is a data file without its manifest: ignored by a restore, no damage."""
+    return row.arrays is None and row.problem == _no_manifest(row.name)
 
 
 def _names_a_file(path: str) -> bool:

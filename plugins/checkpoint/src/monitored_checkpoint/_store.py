@@ -27,7 +27,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, Final, cast, final
 
-from monitored import UnsafeFileError, is_plain_name, open_regular_file, read_regular_file
+from monitored import (
+    UnsafeFileError,
+    check_run_owner,
+    is_plain_name,
+    open_regular_file,
+    read_regular_file,
+)
 
 from ._errors import CheckpointDirectoryError, CorruptCheckpointError, UnsafeCheckpointError
 
@@ -37,6 +43,7 @@ __all__ = [
     "LocalStore",
     "Store",
     "check_name",
+    "fixed_directory",
     "is_plain_name",
     "open_store",
     "write_all",
@@ -246,6 +253,7 @@ class LocalStore(Store):
             with open(fd, "wb", buffering=0) as file:
                 writer(cast(BinaryIO, file))
                 os.fsync(file.fileno())
+            check_run_owner(self._dir)  # fencing: never commit into a run taken over
             os.replace(temp, final_path)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -293,6 +301,7 @@ class LocalStore(Store):
 
     def remove(self, name: str) -> None:
         # A link is removed itself, never its target.
+        check_run_owner(self._dir)
         with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(self._dir, check_name(name, self.url)))
 
@@ -340,6 +349,7 @@ class FsspecStore(Store):
 
     def write(self, name: str, writer: Writer) -> None:
         path = self._full(name)
+        check_run_owner(self.url)
         try:
             with self._fs.open(path, "wb") as file:
                 writer(file)
@@ -377,8 +387,22 @@ class FsspecStore(Store):
         return tuple(str(info.get(key)) for key in _STAMP_FIELDS)
 
     def remove(self, name: str) -> None:
+        check_run_owner(self.url)
         with contextlib.suppress(FileNotFoundError):
             self._fs.rm_file(self._full(name))
+
+
+def fixed_directory(directory: str | os.PathLike[str]) -> str:
+    """``directory`` as a hook keeps it: a relative path made absolute now, once.
+
+    A hook resolves its directory when it is made (at the latest, when a session
+    starts), so an ``os.chdir`` during training does not move where it writes.
+    URLs are kept as given.
+    """
+    url = os.fspath(directory)
+    if not url or "://" in url:
+        return url
+    return os.path.abspath(url)
 
 
 def open_store(directory: str | os.PathLike[str]) -> Store:

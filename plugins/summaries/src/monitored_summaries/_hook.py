@@ -103,6 +103,7 @@ class SummarySaverHook:
         "_recorder",
         "_timer",
         "_writer",
+        "claims_directory",
         "histograms",
         "hparams",
         "metrics",
@@ -168,8 +169,12 @@ class SummarySaverHook:
                 "monitored_summaries.scalar(...) in the step, or name step outputs in "
                 "scalars=[...]/histograms=[...]"
             )
-        self.output_dir = os.fspath(output_dir) if output_dir is not None else None
+        # Resolved once: an os.chdir during training does not move the event files.
+        self.output_dir = _fixed(output_dir) if output_dir is not None else None
         self.summary_writer = summary_writer
+        #: Whether the session's chief claims ``output_dir`` (``run_directories``):
+        #: set on the hook the plugin makes for a ``MonitoredTrainingSession``.
+        self.claims_directory = False
         self.scalars = _names("scalars", scalars)
         self.histograms = _names("histograms", histograms)
         self.hparams = (
@@ -199,6 +204,18 @@ class SummarySaverHook:
         return self._writer
 
     # -- hooks ------------------------------------------------------------------------------------
+    def run_directories(self, session: MonitoredSession) -> list[str] | None:
+        """The log directory of a ``MonitoredTrainingSession``'s summaries: the chief owns it.
+
+        Only the hook the ``summaries`` plugin makes for a training session claims
+        its directory (one writer per run). Hooks made in code share one writer
+        per directory within a process (``FileWriterCache``, as TF1's), which is
+        one writer, and an evaluation writes its own directory (``<model_dir>/eval``).
+        """
+        if not self.claims_directory or self.output_dir is None:
+            return None
+        return [self.output_dir]
+
     def begin(self, session: MonitoredSession) -> None:
         # A hook used again after a session that failed before it could release.
         self._release_quietly()
@@ -535,3 +552,9 @@ def _names(argument: str, names: Iterable[str]) -> tuple[str, ...]:
 def _record_size(value: Any) -> int:
     size = getattr(value, "size", None)
     return int(size) if size is not None else 1
+
+
+def _fixed(directory: str | os.PathLike[str]) -> str:
+    """A local log directory made absolute now, once; URLs as given."""
+    text = os.fspath(directory)
+    return text if not text or "://" in text else os.path.abspath(text)

@@ -85,6 +85,17 @@ class LogDir:
                 f"cannot create summary log directory {self.url!r}: {type(exc).__name__}: {exc}"
             ) from exc
 
+    def names(self) -> list[str]:
+        """The names of the files in this directory (none if it cannot be listed)."""
+        try:
+            if self.local is not None:
+                return os.listdir(self.local)
+            return [
+                str(p).rstrip("/").rsplit("/", 1)[-1] for p in self._fs.ls(self._root, detail=False)
+            ]
+        except (OSError, ValueError):
+            return []
+
     def upload(self, source: BinaryIO, name: str) -> None:
         """Replace the remote file ``name`` with the whole content of ``source``.
 

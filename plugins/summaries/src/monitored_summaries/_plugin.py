@@ -69,18 +69,17 @@ def training_hooks(config: TrainingConfig) -> list[object] | None:
 
     steps, secs = config.save_summaries_steps, config.save_summaries_secs
     if steps is not None and steps > 0:
-        return [
-            SummarySaverHook(
-                save_steps=steps, output_dir=config.summary_dir, hparams=hparams, metrics=metrics
-            )
-        ]
-    if secs is not None and secs > 0:
-        return [
-            SummarySaverHook(
-                save_secs=secs, output_dir=config.summary_dir, hparams=hparams, metrics=metrics
-            )
-        ]
-    return None
+        hook = SummarySaverHook(
+            save_steps=steps, output_dir=config.summary_dir, hparams=hparams, metrics=metrics
+        )
+    elif secs is not None and secs > 0:
+        hook = SummarySaverHook(
+            save_secs=secs, output_dir=config.summary_dir, hparams=hparams, metrics=metrics
+        )
+    else:
+        return None
+    hook.claims_directory = True  # the run's log directory: one writer (run_directories)
+    return [hook]
 
 
 def summary_writer(logdir: str | None, writer: object | None) -> FileWriter | None:

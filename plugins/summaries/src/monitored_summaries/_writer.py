@@ -36,13 +36,13 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO, Final, final
 
-from tensorboardX.event_file_writer import EventsWriter
 from tensorboardX.proto.event_pb2 import Event, SessionLog
 from tensorboardX.proto.summary_pb2 import Summary
 
 from ._encode import encode
 from ._errors import SummaryDirectoryError, SummaryWriteError
 from ._logdir import LogDir, open_logdir
+from ._naming import OrderedEventsWriter, event_file_name
 
 __all__ = ["EXIT_STALL_SECS", "FileWriter", "FileWriterCache", "SummaryWriter"]
 
@@ -100,9 +100,9 @@ class FileWriter:
         self._logdir = os.fspath(logdir)
         self._dir: LogDir = open_logdir(self._logdir)
         self._dir.check()
-        # The time in nanoseconds and the pid in the suffix: files of runs that start
-        # within one second in one directory still sort in the order they were made
-        # (TensorBoard reads a directory's files in name order).
+        # TensorBoard reads a directory's files in name order: the name's seconds
+        # follow the directory's newest file, not the clock (``_naming``), and the
+        # time in nanoseconds and the pid order files made within one second.
         suffix = f".{time.time_ns():020d}.{os.getpid()}.{next(_SEQUENCE)}{filename_suffix}"
         where = (
             self._dir.local
@@ -110,7 +110,8 @@ class FileWriter:
             else tempfile.mkdtemp(prefix="monitored-summaries-")
         )
         try:
-            self._events = EventsWriter(os.path.join(where, "events"), suffix)
+            name = event_file_name(self._dir.names(), time.time(), suffix)
+            self._events = OrderedEventsWriter(os.path.join(where, name), time.time())
             # The file's header goes to disk now, as TF1's writer did: a run killed
             # before its first flush still leaves a readable event file, not 0 bytes.
             self._events.flush()
