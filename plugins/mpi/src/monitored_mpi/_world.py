@@ -90,6 +90,7 @@ class World:
         "comm",
         "control",
         "heartbeat",
+        "hint",
         "local_rank",
         "local_size",
         "rank",
@@ -116,6 +117,8 @@ class World:
         self.local_size: int = node.Get_size()
         node.Free()
         self.timeout = _timeout_from_env() if timeout is None else timeout
+        #: Said at the end of a timeout's message (a setting that may explain it).
+        self.hint = ""
         #: Beats to and from every other rank, on a communicator of its own (None: off).
         self.heartbeat: Heartbeat | None = None
         if heartbeat_timeout is None:
@@ -149,7 +152,7 @@ class World:
                     "runs it on some ranks only), a rank that left its loop early (its input "
                     "ended outside a monitored.data pipeline: feed it through "
                     "monitored.data.prefetch, which stops every rank together), or a rank "
-                    f"stuck elsewhere ({TIMEOUT_ENV} sets the limit)"
+                    f"stuck elsewhere ({TIMEOUT_ENV} sets the limit){self.hint}"
                 )
             time.sleep(sleep)
             sleep = min(sleep * 2, _LONGEST_SLEEP)
