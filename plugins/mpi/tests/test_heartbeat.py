@@ -180,3 +180,16 @@ def test_a_host_whose_link_is_cut_ends_every_rank_naming_the_lost_one(
         in err
     ), out + err
     assert "CollectiveTimeoutError" not in err
+
+
+def test_without_mpi_thread_multiple_there_is_no_heartbeat_and_a_warning_says_so(
+    run_mpi: Any,
+) -> None:
+    proc, results = run_mpi(2, "thread_level.py")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(results) == [0, 1]
+    for result in results.values():
+        assert result["heartbeat"] is False
+        (message,) = result["warnings"]
+        assert "initialized without MPI_THREAD_MULTIPLE" in message
+        assert "MONITORED_MPI_HEARTBEAT_TIMEOUT=0" in message

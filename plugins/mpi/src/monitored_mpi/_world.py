@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from typing import Any, Final, final
 
 import numpy as np
 
 from ._errors import CollectiveTimeoutError, MPIError, MPIUnavailableError
-from ._heartbeat import Heartbeat, heartbeat_timeout_from_env
+from ._heartbeat import HEARTBEAT_TIMEOUT_ENV, Heartbeat, heartbeat_timeout_from_env
 
 __all__ = ["TIMEOUT_ENV", "World", "launched_by_mpi", "world"]
 
@@ -123,6 +124,8 @@ class World:
         self.heartbeat: Heartbeat | None = None
         if heartbeat_timeout is None:
             heartbeat_timeout = heartbeat_timeout_from_env()
+        if heartbeat_timeout > 0 and self.size > 1 and not _threads_allowed(mpi):
+            heartbeat_timeout = 0.0
         if heartbeat_timeout > 0 and self.size > 1:
             name = np.frombuffer(mpi.Get_processor_name().encode()[:255], dtype=np.uint8)
             hosts = _gather_names(comm, name, self.size)
@@ -166,6 +169,22 @@ class World:
         """
         time.sleep(_ABORT_DRAIN_SECS)
         self.comm.Abort(code)
+
+
+def _threads_allowed(mpi: Any) -> bool:
+    """Whether MPI may be called from the heartbeat's thread (``MPI_THREAD_MULTIPLE``,
+    mpi4py's default); warns when not."""
+    if mpi.Query_thread() == mpi.THREAD_MULTIPLE:
+        return True
+    warnings.warn(
+        "monitored-mpi: MPI was initialized without MPI_THREAD_MULTIPLE (mpi4py.rc."
+        "thread_level), which the heartbeat's thread needs: a lost rank is noticed only "
+        f"when a collective times out ({TIMEOUT_ENV}); leave mpi4py.rc.thread_level at "
+        f"'multiple', or set {HEARTBEAT_TIMEOUT_ENV}=0 to go without the heartbeat",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+    return False
 
 
 def _gather_names(comm: Any, name: Any, size: int) -> list[str]:
