@@ -156,12 +156,12 @@ class Heartbeat:
                             self._last[peer] = time.monotonic()
                             receiving[peer] = comm.Irecv(inbox[peer], source=peer, tag=0)
                         pending = [r for r in sending[peer] if not r.Test()]
+                        if now >= next_beat and len(pending) < _MOST_PENDING_SENDS:
+                            pending.append(comm.Isend(beat, dest=peer, tag=0))
                     except Exception as exc:  # an MPI error talking to this peer: it is lost
                         self._lose(peer, f"cannot be reached ({type(exc).__name__}: {exc})")
                         return
                     sending[peer] = pending
-                    if now >= next_beat and len(pending) < _MOST_PENDING_SENDS:
-                        pending.append(comm.Isend(beat, dest=peer, tag=0))
                     if self.silent_for(peer) > self.timeout:
                         self._lose(peer, f"sent no heartbeat for {self.timeout:g}s")
                         return
