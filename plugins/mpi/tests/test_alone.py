@@ -110,7 +110,7 @@ class _NeverDone:
 
 def test_a_collective_that_never_completes_times_out_naming_it() -> None:
     world: Any = object.__new__(_world.World)
-    world.rank, world.size, world.timeout, world.heartbeat = 1, 3, 0.05, None
+    world.rank, world.size, world.timeout, world.heartbeat, world.hint = 1, 3, 0.05, None, ""
     with pytest.raises(
         monitored_mpi.CollectiveTimeoutError, match="allreduce 'g': rank 1 of 3 waited 0.05s"
     ):

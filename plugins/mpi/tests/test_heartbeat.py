@@ -11,6 +11,7 @@ is cut mid-training.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 
 from monitored_mpi import MPIError
-from monitored_mpi._heartbeat import heartbeat_timeout_from_env
+from monitored_mpi._heartbeat import heartbeat_timeout_from_env, watched
 
 SCRIPTS = Path(__file__).parent / "scripts"
 #: Seconds after which MPICH's launcher kills the whole job (as in conftest.py).
@@ -33,11 +34,16 @@ JOB_LIMIT = 90
 SLOW_COLLECTIVES = {"MONITORED_MPI_TIMEOUT": "80", "MONITORED_MPI_HEARTBEAT_TIMEOUT": "3"}
 
 
-def test_a_frozen_rank_ends_the_job_naming_the_rank_and_host(run_mpi: Any) -> None:
-    proc, results = run_mpi(2, "train.py", "frozen", "1000000", env=SLOW_COLLECTIVES)
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_frozen_rank_ends_the_job_naming_the_rank_and_host(run_mpi: Any, n: int) -> None:
+    proc, results = run_mpi(n, "train.py", "frozen", "1000000", env=SLOW_COLLECTIVES)
     assert proc.returncode != 0
     assert results == {}
-    assert "rank 0 of 2 failed at step 5 with PeerLostError: rank 1 of 2 (host '" in proc.stderr
+    # Rank 1 froze after step 5; a rank watching it (0, or 2 of 3) tells first.
+    assert re.search(
+        rf"rank [02] of {n} failed at step 5 with PeerLostError: rank 1 of {n} \(host '",
+        proc.stderr,
+    ), proc.stderr
     assert "sent no heartbeat for 3s" in proc.stderr
     assert "MONITORED_MPI_HEARTBEAT_TIMEOUT sets the limit" in proc.stderr
     assert "CollectiveTimeoutError" not in proc.stderr
@@ -51,6 +57,18 @@ def test_a_rank_busy_longer_than_the_heartbeat_timeout_is_not_lost(run_mpi: Any)
     assert proc.returncode == 0, proc.stderr
     assert [r["step"] for r in results.values()] == [6, 6]
     assert "PeerLostError" not in proc.stderr
+
+
+def test_each_rank_is_watched_by_its_neighbours_and_watches_them() -> None:
+    assert watched(0, 2) == [1]
+    assert watched(1, 3) == [0, 2]
+    assert watched(0, 5) == [1, 2, 3, 4]
+    assert watched(0, 10) == [1, 2, 8, 9]
+    assert watched(5, 10) == [3, 4, 6, 7]
+    for size in range(2, 12):
+        for rank in range(size):
+            assert rank not in watched(rank, size)
+            assert all(rank in watched(peer, size) for peer in watched(rank, size))
 
 
 def test_the_heartbeat_timeout_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -180,3 +198,16 @@ def test_a_host_whose_link_is_cut_ends_every_rank_naming_the_lost_one(
         in err
     ), out + err
     assert "CollectiveTimeoutError" not in err
+
+
+def test_without_mpi_thread_multiple_there_is_no_heartbeat_and_a_warning_says_so(
+    run_mpi: Any,
+) -> None:
+    proc, results = run_mpi(2, "thread_level.py")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(results) == [0, 1]
+    for result in results.values():
+        assert result["heartbeat"] is False
+        (message,) = result["warnings"]
+        assert "initialized without MPI_THREAD_MULTIPLE" in message
+        assert "MONITORED_MPI_HEARTBEAT_TIMEOUT=0" in message

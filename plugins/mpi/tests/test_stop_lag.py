@@ -64,3 +64,24 @@ def test_the_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MONITORED_MPI_STOP_LAG", "yes")
     with pytest.raises(MPIError, match="MONITORED_MPI_STOP_LAG='yes': give 0"):
         stop_lag_from_env()
+
+
+def test_input_ending_on_every_rank_at_once_stops_the_job_cleanly(run_mpi: Any) -> None:
+    # 21 batches over 3 ranks: 7 each. Every rank finds its input ended in the extra
+    # step and meets the others at the close.
+    proc, results = run_mpi(3, "uneven.py", "feed", env={**LAG, "NUM_BATCHES": "21"})
+    assert proc.returncode == 0, proc.stderr
+    assert [r["step"] for r in results.values()] == [7] * 3
+
+
+def test_input_ending_on_one_rank_first_fails_saying_to_keep_exact_stops(run_mpi: Any) -> None:
+    # 7, 7 and 6 batches: rank 2 has no batch for the step after the agreed stop.
+    proc, results = run_mpi(3, "uneven.py", "feed", env={**LAG, "MONITORED_MPI_TIMEOUT": "3"})
+    assert proc.returncode != 0
+    assert results == {}
+    assert "CollectiveTimeoutError" in proc.stderr
+    assert (
+        "with MONITORED_MPI_STOP_LAG=1 every rank runs one more step after a stop is agreed, "
+        "which a rank whose input ended first cannot: with input that ends unevenly keep "
+        "MONITORED_MPI_STOP_LAG=0" in proc.stderr
+    )

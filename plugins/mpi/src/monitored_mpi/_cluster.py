@@ -92,6 +92,12 @@ class MPICluster:
         #: Overlapped agreements (MONITORED_MPI_STOP_LAG=1): the one posted and not yet
         #: read (request, decision buffer, step), and the step of the last agreement.
         self._lag = stop_lag_from_env()
+        if self._lag:
+            world.hint = (
+                f"; with {STOP_LAG_ENV}=1 every rank runs one more step after a stop is "
+                "agreed, which a rank whose input ended first cannot: with input that ends "
+                f"unevenly keep {STOP_LAG_ENV}=0"
+            )
         self._pending: tuple[Any, np.ndarray[Any, Any], Any] | None = None
         self._agreed_at: Any = None
         #: Whether this rank received SIGTERM during the session.

@@ -4,12 +4,13 @@ A rank whose host lost its network, crashed without a word or was frozen looks,
 from the others, like a rank that is merely late: they wait in the next
 collective until ``MONITORED_MPI_TIMEOUT`` (300 s, the knob raised for slow
 checkpoints) runs out, with a message about collectives called on some ranks
-only. So every rank also sends a tiny message to every other rank once a second,
-from a daemon thread of its own, and notes when it last heard from each. A rank
-not heard from for ``MONITORED_MPI_HEARTBEAT_TIMEOUT`` seconds (default 30) is
-lost: the next wait of a collective on every surviving rank raises
-:class:`PeerLostError` naming that rank and its host, and the job ends as any
-failure does (the report, then ``MPI_Abort``).
+only. So every rank also sends a tiny message to its neighbours once a second,
+from a daemon thread of its own, and notes when it last heard from each (its
+two neighbours on each side in rank order: every other rank in jobs of up to
+5). A rank not heard from for ``MONITORED_MPI_HEARTBEAT_TIMEOUT`` seconds
+(default 30) is lost: the next wait of a collective on the ranks that watch it
+raises :class:`PeerLostError` naming that rank and its host, and the job ends
+as any failure does (the report, then ``MPI_Abort``, which ends every rank).
 
 The thread runs whatever the main thread does: a rank busy for minutes writing
 a checkpoint, or computing in NumPy, keeps beating (Python hands the thread the
@@ -43,8 +44,22 @@ DEFAULT_HEARTBEAT_TIMEOUT_SECS: Final = 30.0
 _LONGEST_INTERVAL: Final = 1.0
 #: Beats to one peer left unfinished (a frozen peer's) before this rank stops sending more.
 _MOST_PENDING_SENDS: Final = 64
+#: Ranks watched on each side of a rank, in rank order.
+_NEIGHBOURS: Final = 2
 #: Seconds the exit waits for the thread and its last sends.
 _EXIT_WAIT_SECS: Final = 2.0
+
+
+def watched(rank: int, size: int) -> list[int]:
+    """The ranks that ``rank`` beats to and listens to: ``_NEIGHBOURS`` on each side
+    in rank order, round the ring (every other rank in jobs of up to 5).
+
+    Each rank is watched by as many, whatever the size of the job: no rank talks
+    to all the others (a connection to each, on TCP a socket each), and the
+    first watcher to notice ends the whole job.
+    """
+    near = {(rank + step) % size for d in range(1, _NEIGHBOURS + 1) for step in (d, -d)}
+    return sorted(near - {rank})
 
 
 def heartbeat_timeout_from_env() -> float:
@@ -124,7 +139,7 @@ class Heartbeat:
             )
 
     def _run(self) -> None:
-        comm, peers = self._comm, [r for r in range(self.size) if r != self.rank]
+        comm, peers = self._comm, watched(self.rank, self.size)
         beat = np.zeros(1, dtype=np.uint8)
         inbox = {peer: np.zeros(1, dtype=np.uint8) for peer in peers}
         receiving = {peer: comm.Irecv(inbox[peer], source=peer, tag=0) for peer in peers}
@@ -141,12 +156,12 @@ class Heartbeat:
                             self._last[peer] = time.monotonic()
                             receiving[peer] = comm.Irecv(inbox[peer], source=peer, tag=0)
                         pending = [r for r in sending[peer] if not r.Test()]
+                        if now >= next_beat and len(pending) < _MOST_PENDING_SENDS:
+                            pending.append(comm.Isend(beat, dest=peer, tag=0))
                     except Exception as exc:  # an MPI error talking to this peer: it is lost
                         self._lose(peer, f"cannot be reached ({type(exc).__name__}: {exc})")
                         return
                     sending[peer] = pending
-                    if now >= next_beat and len(pending) < _MOST_PENDING_SENDS:
-                        pending.append(comm.Isend(beat, dest=peer, tag=0))
                     if self.silent_for(peer) > self.timeout:
                         self._lose(peer, f"sent no heartbeat for {self.timeout:g}s")
                         return

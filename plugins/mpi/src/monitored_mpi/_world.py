@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from typing import Any, Final, final
 
 import numpy as np
 
 from ._errors import CollectiveTimeoutError, MPIError, MPIUnavailableError
-from ._heartbeat import Heartbeat, heartbeat_timeout_from_env
+from ._heartbeat import HEARTBEAT_TIMEOUT_ENV, Heartbeat, heartbeat_timeout_from_env
 
 __all__ = ["TIMEOUT_ENV", "World", "launched_by_mpi", "world"]
 
@@ -90,6 +91,7 @@ class World:
         "comm",
         "control",
         "heartbeat",
+        "hint",
         "local_rank",
         "local_size",
         "rank",
@@ -116,10 +118,14 @@ class World:
         self.local_size: int = node.Get_size()
         node.Free()
         self.timeout = _timeout_from_env() if timeout is None else timeout
+        #: Said at the end of a timeout's message (a setting that may explain it).
+        self.hint = ""
         #: Beats to and from every other rank, on a communicator of its own (None: off).
         self.heartbeat: Heartbeat | None = None
         if heartbeat_timeout is None:
             heartbeat_timeout = heartbeat_timeout_from_env()
+        if heartbeat_timeout > 0 and self.size > 1 and not _threads_allowed(mpi):
+            heartbeat_timeout = 0.0
         if heartbeat_timeout > 0 and self.size > 1:
             name = np.frombuffer(mpi.Get_processor_name().encode()[:255], dtype=np.uint8)
             hosts = _gather_names(comm, name, self.size)
@@ -149,7 +155,7 @@ class World:
                     "runs it on some ranks only), a rank that left its loop early (its input "
                     "ended outside a monitored.data pipeline: feed it through "
                     "monitored.data.prefetch, which stops every rank together), or a rank "
-                    f"stuck elsewhere ({TIMEOUT_ENV} sets the limit)"
+                    f"stuck elsewhere ({TIMEOUT_ENV} sets the limit){self.hint}"
                 )
             time.sleep(sleep)
             sleep = min(sleep * 2, _LONGEST_SLEEP)
@@ -163,6 +169,22 @@ class World:
         """
         time.sleep(_ABORT_DRAIN_SECS)
         self.comm.Abort(code)
+
+
+def _threads_allowed(mpi: Any) -> bool:
+    """Whether MPI may be called from the heartbeat's thread (``MPI_THREAD_MULTIPLE``,
+    mpi4py's default); warns when not."""
+    if mpi.Query_thread() == mpi.THREAD_MULTIPLE:
+        return True
+    warnings.warn(
+        "monitored-mpi: MPI was initialized without MPI_THREAD_MULTIPLE (mpi4py.rc."
+        "thread_level), which the heartbeat's thread needs: a lost rank is noticed only "
+        f"when a collective times out ({TIMEOUT_ENV}); leave mpi4py.rc.thread_level at "
+        f"'multiple', or set {HEARTBEAT_TIMEOUT_ENV}=0 to go without the heartbeat",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+    return False
 
 
 def _gather_names(comm: Any, name: Any, size: int) -> list[str]:
