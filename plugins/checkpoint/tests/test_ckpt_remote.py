@@ -329,3 +329,27 @@ async def test_a_stopped_server_process_is_a_bounded_write_error(
     step_, _ = restored_step(url, directory)
     assert step_ == 2
     print(f"SIGSTOP: CheckpointWriteError {elapsed:.1f}s after the server stopped")
+
+
+def test_the_endpoint_and_credentials_may_come_from_fsspecs_environment_variables(
+    moto: tuple[str, subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    """``FSSPEC_S3_ENDPOINT_URL``, ``FSSPEC_S3_KEY``, ``FSSPEC_S3_SECRET``, read by
+    fsspec when it is imported (so in a process of its own)."""
+    url, _ = moto
+    make_bucket(url)
+    script = (
+        "import numpy as np, monitored, monitored_checkpoint as c\n"
+        "s = monitored.TrainState({'w': np.ones(64, np.float32)}); s.global_step = 7\n"
+        f"c.Saver().save(s, 's3://{BUCKET}/fsspec-env/model.ckpt')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env |= {
+        "FSSPEC_S3_ENDPOINT_URL": url,
+        "FSSPEC_S3_KEY": "testing",
+        "FSSPEC_S3_SECRET": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=TEST_TIMEOUT)
+    step_, _ = restored_step(url, f"s3://{BUCKET}/fsspec-env")
+    assert step_ == 7
