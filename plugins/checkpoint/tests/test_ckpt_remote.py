@@ -352,3 +352,27 @@ def test_the_endpoint_and_credentials_may_come_from_fsspecs_environment_variable
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=TEST_TIMEOUT)
     step_, _ = restored_step(url, f"s3://{BUCKET}/fsspec-env")
     assert step_ == 7
+
+
+def test_a_restore_from_a_store_that_stopped_answering_is_an_error_not_a_skip(
+    moto: tuple[str, subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store that does not answer says nothing about its checkpoints: the restore
+    fails naming the store, rather than taking the newest for damaged and
+    falling back to an older one."""
+    url, process = moto
+    make_bucket(url)
+    use_endpoint(monkeypatch, url)
+    directory = f"s3://{BUCKET}/run"
+    state = monitored.TrainState({"w": np.ones(64, np.float32)})
+    checkpoint.Saver().save(state, f"{directory}/model.ckpt")
+    monkeypatch.setenv("MONITORED_CHECKPOINT_OPERATION_TIMEOUT", "3")
+    s3fs.S3FileSystem.clear_instance_cache()  # no listing cached from the save
+    os.kill(process.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(CheckpointStoreTimeoutError) as raised:
+            checkpoint.restore_latest(state, directory)
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+    assert f"checkpoint store {directory} did not answer" in str(raised.value)
+    assert "MONITORED_CHECKPOINT_OPERATION_TIMEOUT=3" in str(raised.value)
