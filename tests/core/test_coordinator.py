@@ -157,3 +157,22 @@ async def test_a_cancelled_wait_for_stop_leaves_no_thread_behind() -> None:
         with anyio.move_on_after(0.01):
             await coord.wait_for_stop()
     assert threading.active_count() <= before
+
+
+def test_wake_waiters_calls_the_waiters_and_a_first_stop_wakes_them_once() -> None:
+    """Waits for input (a prefetch pipeline's) are woken by ``wake_waiters`` and by
+    the first ``request_stop``, from whatever thread calls it; removed ones are not."""
+    coord = monitored.Coordinator()
+    woken: list[str] = []
+    remove = coord._on_wake(lambda: woken.append(threading.current_thread().name))
+    coord.wake_waiters()
+    assert woken == ["MainThread"]
+    thread = threading.Thread(target=coord.request_stop, name="stopper")
+    thread.start()
+    thread.join()
+    coord.request_stop()  # not the first: nothing new to look at
+    assert woken == ["MainThread", "stopper"]
+    remove()
+    remove()  # twice is harmless
+    coord.wake_waiters()
+    assert woken == ["MainThread", "stopper"]

@@ -16,6 +16,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointMismatchError",
     "CheckpointNotFoundError",
+    "CheckpointStoreTimeoutError",
     "CheckpointVersionError",
     "CheckpointWriteError",
     "CorruptCheckpointError",
@@ -102,6 +103,16 @@ class CheckpointMismatchError(CheckpointError):
 
 class CheckpointWriteError(CheckpointError):
     """Writing a checkpoint failed; the message names the path, the step and the cause."""
+
+
+class CheckpointStoreTimeoutError(CheckpointError):
+    """A remote checkpoint store did not answer within its bound.
+
+    The message names the store, what was being done and the setting that
+    bounds it (``docs/checkpoint.md``, "Remote stores"). Not an ``OSError``: a
+    store that stopped answering says nothing about the checkpoints in it, so
+    a restore never takes it for a damaged checkpoint and skips to an older one.
+    """
 
 
 class UnsupportedArrayError(CheckpointError, TypeError):

@@ -900,6 +900,7 @@ class Saver:
         state file.
         """
         store, basename = split_save_path(save_path)
+        store.begin_save()  # a remote store: the whole save is bounded (_remote)
         name = f"{basename}-{snapshot.step}"
         with self._lock:
             directory = self._directory(store)

@@ -25,7 +25,7 @@ import errno
 import os
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any, BinaryIO, Final, cast, final
+from typing import Any, BinaryIO, Final, TypeVar, cast, final
 
 from monitored import (
     UnsafeFileError,
@@ -36,6 +36,14 @@ from monitored import (
 )
 
 from ._errors import CheckpointDirectoryError, CorruptCheckpointError, UnsafeCheckpointError
+from ._remote import (
+    OPERATION_TIMEOUT_ENV,
+    SAVE_TIMEOUT_ENV,
+    Deadline,
+    RemoteBounds,
+    call_with_deadline,
+    storage_options,
+)
 
 __all__ = [
     "TEMP_MARKER",
@@ -71,6 +79,7 @@ def check_name(name: object, where: str) -> str:
 
 
 Writer = Callable[[BinaryIO], None]
+T = TypeVar("T")
 
 
 def write_all(file: BinaryIO, data: memoryview | bytes) -> None:
@@ -102,6 +111,9 @@ class Store:
     def ensure_directory(self) -> None:
         """Create the directory (and its parents) if it does not exist."""
         raise NotImplementedError
+
+    def begin_save(self) -> None:
+        """A save starts: on a remote store, its operations end by the save's deadline."""
 
     def check_writable(self) -> None:
         """Create the directory if needed and prove it is writable with a probe file.
@@ -308,19 +320,53 @@ class LocalStore(Store):
 
 @final
 class FsspecStore(Store):
-    """A directory on any fsspec filesystem; each file is written in place."""
+    """A directory on any fsspec filesystem; each file is written in place.
 
-    __slots__ = ("_fs", "_root")
+    Every operation is bounded (``_remote``): at most
+    ``MONITORED_CHECKPOINT_OPERATION_TIMEOUT`` seconds, and within a save (after
+    :meth:`begin_save`) no later than ``MONITORED_CHECKPOINT_SAVE_TIMEOUT``
+    seconds after its start; past that, :class:`CheckpointStoreTimeoutError`.
+    """
 
-    def __init__(self, url: str, fs: Any, root: str) -> None:
+    __slots__ = ("_bounds", "_deadline", "_fs", "_root")
+
+    def __init__(self, url: str, fs: Any, root: str, bounds: RemoteBounds | None = None) -> None:
         super().__init__(url)
         self._fs = fs
         self._root = root.rstrip("/")
+        self._bounds = bounds or RemoteBounds()
+        self._deadline: Deadline | None = None
 
     def _full(self, name: str) -> str:
         return f"{self._root}/{check_name(name, self.url)}"
 
+    def begin_save(self) -> None:
+        self._deadline = Deadline(self._bounds.save)
+
+    def _bounded(self, what: str, func: Callable[[], T]) -> T:
+        """``func()`` within the operation's bound and the save's deadline, or
+        :class:`CheckpointStoreTimeoutError` naming the store and ``what``."""
+        seconds, setting = (
+            self._bounds.operation,
+            f"{OPERATION_TIMEOUT_ENV}={self._bounds.operation:g}",
+        )
+        deadline = self._deadline
+        if deadline is not None and deadline.left() < seconds:
+            seconds = deadline.left()
+            setting = f"{SAVE_TIMEOUT_ENV}={deadline.seconds:g}, for the whole save"
+
+        def describe() -> str:
+            return (
+                f"checkpoint store {self.url} did not answer: {what} took longer than its "
+                f"bound ({setting}); the store accepted the work but never finished it"
+            )
+
+        return call_with_deadline(func, seconds, describe)
+
     def ensure_directory(self) -> None:
+        self._bounded("creating the directory", self._ensure_directory)
+
+    def _ensure_directory(self) -> None:
         try:
             self._fs.makedirs(self._root, exist_ok=True)
         except FileExistsError as exc:
@@ -334,11 +380,13 @@ class FsspecStore(Store):
             ) from exc
 
     def is_directory(self) -> bool:
-        return bool(self._fs.isdir(self._root))
+        return bool(self._bounded("looking at the directory", lambda: self._fs.isdir(self._root)))
 
     def list(self) -> list[str]:
         try:
-            entries = self._fs.ls(self._root, detail=True)
+            entries = self._bounded(
+                "listing the directory", lambda: self._fs.ls(self._root, detail=True)
+            )
         except (FileNotFoundError, NotADirectoryError):
             return []
         names = []
@@ -350,6 +398,9 @@ class FsspecStore(Store):
     def write(self, name: str, writer: Writer) -> None:
         path = self._full(name)
         check_run_owner(self.url)
+        self._bounded(f"writing {name}", lambda: self._write(path, writer))
+
+    def _write(self, path: str, writer: Writer) -> None:
         try:
             with self._fs.open(path, "wb") as file:
                 writer(file)
@@ -362,7 +413,7 @@ class FsspecStore(Store):
     def open_file(self, name: str) -> Iterator[tuple[BinaryIO, int]]:
         path = self._full(name)
         try:
-            info = self._fs.info(path)
+            info = self._bounded(f"looking up {name}", lambda: self._fs.info(path))
         except FileNotFoundError:
             raise
         except OSError as exc:
@@ -376,20 +427,30 @@ class FsspecStore(Store):
         with self._fs.open(path, "rb") as file:
             yield file, int(info.get("size") or 0)
 
+    def read_bytes(self, name: str, limit: int) -> bytes:
+        return self._bounded(f"reading {name}", lambda: Store.read_bytes(self, name, limit))
+
     def size(self, name: str) -> int:
-        return int(self._fs.size(self._full(name)))
+        path = self._full(name)
+        return int(self._bounded(f"looking up {name}", lambda: self._fs.size(path)))
 
     def stamp(self, name: str) -> tuple[object, ...] | None:
+        path = self._full(name)
         try:
-            info = self._fs.info(self._full(name))
+            info = self._bounded(f"looking up {name}", lambda: self._fs.info(path))
         except OSError:
             return None
         return tuple(str(info.get(key)) for key in _STAMP_FIELDS)
 
     def remove(self, name: str) -> None:
         check_run_owner(self.url)
-        with contextlib.suppress(FileNotFoundError):
-            self._fs.rm_file(self._full(name))
+        path = self._full(name)
+
+        def remove() -> None:
+            with contextlib.suppress(FileNotFoundError):
+                self._fs.rm_file(path)
+
+        self._bounded(f"removing {name}", remove)
 
 
 def fixed_directory(directory: str | os.PathLike[str]) -> str:
@@ -415,8 +476,10 @@ def open_store(directory: str | os.PathLike[str]) -> Store:
         return LocalStore(url, os.path.abspath(url))
     import fsspec  # type: ignore[import-untyped]
 
+    bounds = RemoteBounds()
+    protocol = url.partition("://")[0]
     try:
-        fs, root = fsspec.core.url_to_fs(url)
+        fs, root = fsspec.core.url_to_fs(url, **storage_options(protocol, bounds))
     except (ImportError, ValueError) as exc:
         raise CheckpointDirectoryError(
             f"checkpoint directory {url}: no filesystem for this URL ({exc}); install the "
@@ -424,7 +487,7 @@ def open_store(directory: str | os.PathLike[str]) -> Store:
         ) from exc
     if "file" in _protocols(fs):
         return LocalStore(url, os.path.abspath(root))
-    return FsspecStore(url, fs, root)
+    return FsspecStore(url, fs, root, bounds)
 
 
 #: The fields of an fsspec ``info`` that change when an object is rewritten (by backend).
