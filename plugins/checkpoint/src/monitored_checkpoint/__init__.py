@@ -17,6 +17,7 @@ from ._errors import (
     CheckpointError,
     CheckpointMismatchError,
     CheckpointNotFoundError,
+    CheckpointStateError,
     CheckpointVersionError,
     CheckpointWriteError,
     CorruptCheckpointError,
@@ -28,6 +29,14 @@ from ._errors import (
 )
 from ._format import FORMAT_VERSION, Manifest, read_manifest
 from ._hook import CheckpointRestoreHook, CheckpointSaverHook, CheckpointSaverListener
+from ._management import (
+    CheckpointManager,
+    checkpoint_exists,
+    generate_checkpoint_state_proto,
+    get_checkpoint_mtimes,
+    remove_checkpoint,
+    update_checkpoint_state,
+)
 from ._reader import list_variables, load_variable, read_checkpoint, resolve_checkpoint
 from ._saver import (
     CheckpointsIterator,
@@ -42,6 +51,9 @@ from ._saver import (
     wait_for_new_checkpoint,
 )
 
+#: TF1's name of :func:`checkpoint_state`.
+get_checkpoint_state = checkpoint_state
+
 try:
     __version__ = version("monitored-checkpoint")
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
@@ -52,12 +64,14 @@ __all__ = [
     "CheckpointDigestError",
     "CheckpointDirectoryError",
     "CheckpointError",
+    "CheckpointManager",
     "CheckpointMismatchError",
     "CheckpointNotFoundError",
     "CheckpointRestoreHook",
     "CheckpointSaverHook",
     "CheckpointSaverListener",
     "CheckpointState",
+    "CheckpointStateError",
     "CheckpointVersionError",
     "CheckpointWriteError",
     "CheckpointsIterator",
@@ -71,15 +85,21 @@ __all__ = [
     "UnsupportedArrayError",
     "__version__",
     "checkpoint_digest",
+    "checkpoint_exists",
     "checkpoint_state",
     "checkpoints_iterator",
+    "generate_checkpoint_state_proto",
+    "get_checkpoint_mtimes",
+    "get_checkpoint_state",
     "latest_checkpoint",
     "list_variables",
     "load_variable",
     "read_checkpoint",
     "read_manifest",
+    "remove_checkpoint",
     "resolve_checkpoint",
     "restore",
     "restore_latest",
+    "update_checkpoint_state",
     "wait_for_new_checkpoint",
 ]

@@ -14,6 +14,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointMismatchError",
     "CheckpointNotFoundError",
+    "CheckpointStateError",
     "CheckpointVersionError",
     "CheckpointWriteError",
     "CorruptCheckpointError",
@@ -47,6 +48,14 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
 
 class CorruptCheckpointError(CheckpointError, DamagedCheckpointError):
     """One checkpoint is unreadable: bad JSON, a missing or truncated file, a checksum mismatch."""
+
+
+class CheckpointStateError(CorruptCheckpointError, ValueError):
+    """The ``checkpoint`` state file cannot be parsed (empty, incomplete, a bad line).
+
+    Also a :class:`ValueError`, which TF1's ``get_checkpoint_state`` raises for
+    it, so ``except ValueError`` written for TF1 still catches it.
+    """
 
 
 class UnsafeCheckpointError(CorruptCheckpointError):
