@@ -91,7 +91,7 @@ if _TYPE_CHECKING:
         evaluate_repeatedly,
         train_and_evaluate,
     )
-    from .supervisor import Supervisor
+    from .supervisor import Supervisor, basic_train_loop
     from .train import (
         AdadeltaOptimizer,
         AdagradDAOptimizer,
@@ -191,7 +191,7 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
         "evaluate_repeatedly",
         "train_and_evaluate",
     ),
-    ".supervisor": ("Supervisor",),
+    ".supervisor": ("Supervisor", "basic_train_loop"),
     ".train": (
         "AdadeltaOptimizer",
         "AdagradDAOptimizer",
@@ -365,6 +365,7 @@ __all__ = [
     "__version__",
     "add_queue_runner",
     "assign_moving_average",
+    "basic_train_loop",
     "check_run_owner",
     "claim_run",
     "clip_by_average_norm",

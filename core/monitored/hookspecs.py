@@ -63,6 +63,7 @@ __all__ = [
     "run_directories",
     "save_checkpoint",
     "summary_hooks",
+    "summary_session_log",
     "summary_writer",
     "training_hooks",
     "write_summaries",
@@ -413,6 +414,15 @@ def summary_writer(logdir: str | None, writer: object | None) -> object | None:
     Given ``writer``, return it when the provider writes with it, or raise
     ``TypeError`` saying what to pass; else the writer ``logdir`` shares (made
     on first use, which creates its event file).
+    """
+
+
+@hookspec(firstresult=True)
+def summary_session_log(writer: object, status: str, global_step: int | None) -> bool | None:
+    """Provider of ``"summaries"``: write TF1's ``SessionLog`` event to ``writer``.
+
+    ``status`` is ``"start"`` or ``"stop"``; ``global_step`` the event's step
+    (``None``: none, as TF1's ``Supervisor.stop`` writes ``STOP``). Return ``True``.
     """
 
 

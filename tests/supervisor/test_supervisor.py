@@ -135,7 +135,7 @@ async def test_logdir_none_disables_checkpoints_and_summaries(tmp_path: Path) ->
         assert sv.summary_writer is None
         assert sv.save_path is None
     assert inits == [1, 1], "nothing to recover from: init_fn runs every time"
-    with pytest.raises(RuntimeError, match="needs a summary writer"):
+    with pytest.raises(RuntimeError, match="requires a summary writer"):
         sv.summary_computed(None, {"x": 1.0})
 
 
@@ -225,7 +225,7 @@ async def test_prepare_or_wait_for_session_and_stop(tmp_path: Path) -> None:
     sess = await sv.prepare_or_wait_for_session()
     assert sv.session is sess
     await sess.run(step)
-    with pytest.raises(RuntimeError, match="manages one session"):
+    with pytest.raises(RuntimeError, match="already manages an open session"):
         await sv.prepare_or_wait_for_session()
     await sv.stop()
     assert checkpoints(tmp_path) == [0, 1]
@@ -264,12 +264,13 @@ async def test_wait_for_checkpoint_restores_one_that_appears(tmp_path: Path) -> 
 
 async def test_start_standard_services_false_still_restores(tmp_path: Path) -> None:
     await train(Supervisor(new_state(), logdir=tmp_path), 2)
+    first = tags(tmp_path)["global_step/sec"]
     sv = Supervisor(new_state(), logdir=tmp_path, save_model_secs=1e-9)
     async with sv.managed_session(start_standard_services=False) as sess:
         assert sv.state.global_step == 2
         await sess.run(step)
     assert checkpoints(tmp_path) == [0, 2], "no checkpoint service"
-    assert "global_step/sec" not in tags(tmp_path)
+    assert tags(tmp_path)["global_step/sec"] == first, "no step counter service"
 
 
 async def test_a_worker_waits_for_the_chief_and_runs_no_services(tmp_path: Path) -> None:
@@ -740,7 +741,7 @@ async def test_a_worker_made_by_a_cluster_plugin_saves_and_writes_nothing(
             await sess.run(step)
             await anyio.sleep(0.02)
         assert sv.summary_writer is None
-        with pytest.raises(RuntimeError, match="needs a summary writer"):
+        with pytest.raises(RuntimeError, match="requires a summary writer"):
             sv.summary_computed(sess, {"x": 1.0})
         with pytest.raises(RuntimeError, match="Only chief supervisor"):
             sv.start_standard_services(sess)

@@ -76,6 +76,7 @@ CAPABILITY_HOOKS: Final = frozenset(
         "checkpoint_hooks",
         "summary_writer",
         "summary_hooks",
+        "summary_session_log",
     }
 )
 

@@ -135,8 +135,9 @@ class QueueRunner:
         self.exceptions_raised: list[BaseException] = []
         self._lock = threading.Lock()
         self._running = 0
-        #: Threads of this runner still running, per coordinator (by id).
-        self._runs: dict[int, int] = {}
+        #: Threads of this runner still running, per session (TF1's key), else per
+        #: coordinator when only one is given.
+        self._runs: dict[object, int] = {}
 
     def create_threads(
         self,
@@ -148,23 +149,26 @@ class QueueRunner:
         """One thread per enqueue function, registered with ``coord`` (default:
         the session's), started when ``start``.
 
-        As in TF1, ``[]`` when this runner's threads already run under that
-        coordinator (a second call does not start them twice).
+        As in TF1, ``[]`` when this runner's threads already run for that
+        session (a second call does not start them twice); another session
+        gets threads of its own, even under the same coordinator.
         """
+        _check_session(sess, "QueueRunner.create_threads")
         if coord is None:
             if sess is None:
                 raise ValueError("create_threads needs a session or a coordinator")
             coord = sess.coord
+        key: object = sess if sess is not None else coord
         with self._lock:
-            if self._runs.get(id(coord)):
+            if self._runs.get(key):
                 return []
-            self._runs[id(coord)] = len(self.enqueue_fns)
+            self._runs[key] = len(self.enqueue_fns)
             self._running += len(self.enqueue_fns)
         threads = []
         for i, fn in enumerate(self.enqueue_fns):
             thread = threading.Thread(
                 target=self._run,
-                args=(coord, fn),
+                args=(coord, fn, key),
                 name=f"QueueRunner {self.name} thread {i}",
                 daemon=daemon,
             )
@@ -174,7 +178,7 @@ class QueueRunner:
                 thread.start()
         return threads
 
-    def _run(self, coord: Coordinator, fn: Callable[[], Any]) -> None:
+    def _run(self, coord: Coordinator, fn: Callable[[], Any], key: object) -> None:
         try:
             while not coord.should_stop():
                 try:
@@ -192,9 +196,9 @@ class QueueRunner:
             with self._lock:
                 self._running -= 1
                 last = self._running == 0
-                left = self._runs.pop(id(coord)) - 1
+                left = self._runs.pop(key) - 1
                 if left:
-                    self._runs[id(coord)] = left
+                    self._runs[key] = left
             if last or coord.should_stop():
                 self.queue.close(cancel_pending_enqueues=coord.should_stop())
 
@@ -214,10 +218,22 @@ def start_queue_runners(
     """Start the threads of every queue runner added to ``collection``; return them.
 
     The runners are taken out of the collection, so a second session does not
-    start them twice.
+    start them twice. ``sess`` is the :class:`~monitored.MonitoredSession` to
+    feed (a ``TypeError`` otherwise), or ``None`` with a ``coord``.
     """
+    _check_session(sess, "start_queue_runners")
     runners = _collections.pop(collection, [])
     threads: list[threading.Thread] = []
     for qr in runners:
         threads += qr.create_threads(sess, coord=coord, daemon=daemon, start=start)
     return threads
+
+
+def _check_session(sess: object, where: str) -> None:
+    """Refuse what is not a session (TF1: ``sess must be a tf.Session``), naming it."""
+    if sess is not None and not hasattr(sess, "coord"):
+        raise TypeError(
+            f"{where}: sess must be a monitored session (MonitoredSession, "
+            f"MonitoredTrainingSession, a Supervisor's managed session) or None with a "
+            f"coord; got {type(sess).__name__}"
+        )

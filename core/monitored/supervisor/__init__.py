@@ -7,10 +7,17 @@ from the newest one (the ``monitored-checkpoint`` plugin), summaries and
 plugin), queue runners, ``loop`` and ``summary_computed``. See ``docs/supervisor.md``.
 """
 
+from ._basic_loops import basic_train_loop
 from ._errors import SummaryFunctionError, SupervisorError
 from ._supervisor import ManagedSession, Supervisor
 
-__all__ = ["ManagedSession", "SummaryFunctionError", "Supervisor", "SupervisorError"]
+__all__ = [
+    "ManagedSession",
+    "SummaryFunctionError",
+    "Supervisor",
+    "SupervisorError",
+    "basic_train_loop",
+]
 
 # Tracebacks name the public path of an error, as the core's do, not its private module.
 for _name in __all__:

@@ -59,12 +59,19 @@ async def run_summary_function(
 
 
 async def count_steps(session: MonitoredSession, interval: float, emit: Emit) -> None:
-    """Every ``interval`` seconds, write how many global steps per second were done."""
+    """Now and every ``interval`` seconds, write how many global steps per second were done.
+
+    The first value, written when the service starts, is 0 (no step yet), as
+    TF1's step counter writes at its start.
+    """
     coord = session.coord
     last_step, last_time = session.state.global_step, time.monotonic()
-    while not await coord.wait_for_stop(interval):
+    first = True
+    while first or not await coord.wait_for_stop(interval):
         step, now = session.state.global_step, time.monotonic()
-        rate = (step - last_step) / (now - last_time)
+        elapsed = now - last_time
+        rate = (step - last_step) / elapsed if elapsed > 0 else 0.0
+        first = False
         last_step, last_time = step, now
         log.info("%s: %g", STEP_RATE_TAG, rate)
         try:

@@ -127,8 +127,8 @@ class Supervisor:
             message saying what is missing. Default: the state counts as ready
             once initialized or restored.
         ready_for_local_init_op: the same check, made before ``local_init_op``.
-        logdir: where checkpoints and event files go; ``None`` switches off the
-            checkpoint and summary services (and recovery).
+        logdir: where checkpoints and event files go; ``None`` (or ``""``, as in
+            TF1) switches off the checkpoint and summary services (and recovery).
         summary_op: a summary function ``fn(state) -> {tag: number or array}``,
             called every ``save_summaries_secs`` (in a task, between steps); its
             values are written at the global step it saw. ``None`` switches the
@@ -267,7 +267,8 @@ class Supervisor:
 
         self._state = state if state is not None else TrainState()
         self._is_chief = is_chief
-        self._logdir = os.fspath(logdir) if logdir is not None else None
+        # TF1: an empty logdir is none (no checkpoints, no summaries unless a writer is given).
+        self._logdir = os.fspath(logdir) if logdir is not None and os.fspath(logdir) else None
         self._checkpoint_basename = checkpoint_basename
         self._save_model_secs = save_model_secs
         explicit_summaries = save_summaries_secs is not USE_DEFAULT
@@ -295,6 +296,9 @@ class Supervisor:
         self._coord = Coordinator()
         #: The managed session, once entered (never one whose entry failed).
         self._session: MonitoredSession | None = None
+        #: Whether the Supervisor closed it (``stop``, the end of ``managed_session``):
+        #: the next ``prepare_or_wait_for_session`` then makes a fresh one, as TF1's.
+        self._session_closed = False
         #: Why creating the managed session failed, if it did: the coordinator is
         #: then stopped and closed, so this Supervisor cannot make another.
         self._failed: BaseException | None = None
@@ -311,8 +315,10 @@ class Supervisor:
             or summary_writer not in (USE_DEFAULT, None),
             summary_writer=summary_writer,
         )
+        #: The writer given as ``summary_writer=`` (reused after a close, as TF1's).
+        self._given_writer: Any = None
         if summary_writer is not USE_DEFAULT and summary_writer is not None:
-            self._writer = summary_writer
+            self._writer = self._given_writer = summary_writer
 
     # -- plugins ------------------------------------------------------------------------------
     def _checkpoint_saver(self, saver: Any) -> Any:
@@ -481,11 +487,17 @@ class Supervisor:
             except BaseException as exc:
                 if isinstance(exc, Exception):
                     self._coord.request_stop(exc)  # reported, as TF1's managed_session does
-                if await session.__aexit__(type(exc), exc, exc.__traceback__):
-                    failed = False
-                    return
+                try:
+                    if await session.__aexit__(type(exc), exc, exc.__traceback__):
+                        failed = False
+                        return
+                finally:
+                    self._session_closed = True
                 raise
-            await session.__aexit__(None, None, None)
+            try:
+                await session.__aexit__(None, None, None)
+            finally:
+                self._session_closed = True
             failed = False
         finally:
             if close_summary_writer:
@@ -518,10 +530,18 @@ class Supervisor:
                 "closed: make a new Supervisor to try again"
             ) from self._failed
         if self._session is not None:
-            raise RuntimeError(
-                "this Supervisor already manages a session; a Supervisor manages one "
-                "session: make a new Supervisor for another one"
-            )
+            if not self._session_closed:
+                raise RuntimeError(
+                    "this Supervisor already manages an open session; stop it (sv.stop(), or "
+                    "the end of `async with sv.managed_session()`) before preparing another"
+                )
+            # TF1 makes a fresh session on each call, with the stop request cleared.
+            self._session = None
+            self._coord.clear_stop()
+            self._coord._closing = False
+            writer = self._writer
+            if writer is not None and writer.closed and writer is not self._given_writer:
+                self._writer = None  # logdir's: a new event file on first use
         if wait_for_checkpoint and self._saver is not None:
             await self._wait_for_checkpoint(max_wait_secs)
         services = self._service_hooks(start_standard_services)
@@ -557,7 +577,7 @@ class Supervisor:
         except BaseException as exc:
             self._failed = exc
             raise
-        self._session = session
+        self._session, self._session_closed = session, False
         try:
             if session.is_chief and self._writer is None and self._summary_hook is not None:
                 # The hook opened the directory's shared writer when the session began;
@@ -708,7 +728,10 @@ class Supervisor:
         failed = True
         try:
             if self._session is not None:
-                await self._session.close()
+                try:
+                    await self._session.close()
+                finally:
+                    self._session_closed = True
             if threads is not None:
                 await self._coord.join(
                     threads,
@@ -721,11 +744,22 @@ class Supervisor:
                 self._close_writer(failed)
 
     def _close_writer(self, failed: bool) -> None:
-        """Close the event file; while another error propagates, its own failure is logged."""
+        """Close the event file; while another error propagates, its own failure is logged.
+
+        Writes TF1's ``SessionLog.STOP`` first, unless the summary service's hook
+        wrote it at the session's end. The next session of this Supervisor then
+        opens a new event file of ``logdir`` (TF1's ``close_summary_writer=True``).
+        """
         writer = self._writer
         if writer is None or writer.closed:
             return
         try:
+            if self._summary_hook is None:
+                summaries = self._summaries or find_provider("summaries")
+                if summaries is not None and summaries.implements("summary_session_log"):
+                    summaries.call(
+                        "summary_session_log", writer=writer, status="stop", global_step=None
+                    )
             writer.close()
         except Exception as exc:
             if not failed:
@@ -776,8 +810,9 @@ class Supervisor:
         writer = self.summary_writer
         if writer is None:
             raise RuntimeError(
-                "Supervisor.summary_computed needs a summary writer: give the Supervisor a "
-                "logdir (on the chief) and leave summary_writer at its default"
+                "Supervisor.summary_computed requires a summary writer: give the Supervisor "
+                "a logdir (on the chief) and leave summary_writer at its default, or give it "
+                "a summary_writer"
             )
         step = self._state.global_step if global_step is None else int(global_step)
         if isinstance(summary, bytes) or hasattr(summary, "SerializeToString"):

@@ -664,6 +664,28 @@ def test_rotation_of_a_state_file_listing_foreign_plain_names_spares_them(scene:
         saver.save(state, f"{scene.run}/model.ckpt")
     assert (scene.run / "notes-1.json").read_text() == '{"not": "ours"}'
     assert (scene.run / "notes-1.safetensors").read_bytes() == b"precious"
+    # Listed without timestamps, none of them was written by a rotating saver:
+    # as TF1's CheckpointManager, the saver tracks (and deletes) none of them.
+    assert scene.manifest(1).exists()
+    assert not (scene.run / "model.ckpt-4.json").exists(), "what it saved itself is rotated"
+
+
+def test_rotation_of_a_state_file_with_timestamps_spares_foreign_plain_names(
+    scene: Scene,
+) -> None:
+    (scene.run / "notes-1.json").write_text('{"not": "ours"}')
+    (scene.run / "notes-1.safetensors").write_bytes(b"precious")
+    scene.state_file("model.ckpt-3", ["notes-1", "model.ckpt-1", "model.ckpt-2", "model.ckpt-3"])
+    with (scene.run / "checkpoint").open("a") as file:
+        file.write("".join(f"all_model_checkpoint_timestamps: {t}\n" for t in (2.0, 3.0, 4.0, 5.0)))
+        file.write("last_preserved_timestamp: 1.0\n")
+    saver = Saver(max_to_keep=1)
+    state = _state()
+    for step in (4, 5):
+        state.global_step = step
+        saver.save(state, f"{scene.run}/model.ckpt")
+    assert (scene.run / "notes-1.json").read_text() == '{"not": "ours"}'
+    assert (scene.run / "notes-1.safetensors").read_bytes() == b"precious"
     assert not scene.manifest(1).exists(), "our own old checkpoints are still rotated"
 
 

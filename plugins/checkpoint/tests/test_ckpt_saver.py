@@ -131,8 +131,8 @@ def test_keep_checkpoint_every_n_hours_preserves_old_ones(
         _save_steps(ckpt_dir, state, [step], saver)
     kept = sorted(int(n.split("-")[1][:-5]) for n in os.listdir(ckpt_dir) if n.endswith(".json"))
     # Listed: the 2 newest; preserved: of the older ones, one per hour counted
-    # from the saver's start (step 0): steps 3, 6 and 9.
-    assert kept == [3, 6, 9, 10, 11]
+    # from the saver's creation (as TF1's), 20 minutes before step 0: steps 2, 5 and 8.
+    assert kept == [2, 5, 8, 10, 11]
     saved = checkpoint_state(ckpt_dir)
     assert saved is not None
     assert [Path(p).name for p in saved.all_model_checkpoint_paths] == [

@@ -18,6 +18,7 @@ from ._errors import (
     CheckpointError,
     CheckpointMismatchError,
     CheckpointNotFoundError,
+    CheckpointStateError,
     CheckpointStoreTimeoutError,
     CheckpointVersionError,
     CheckpointWriteError,
@@ -30,6 +31,14 @@ from ._errors import (
 )
 from ._format import FORMAT_VERSION, Manifest, read_manifest
 from ._hook import CheckpointRestoreHook, CheckpointSaverHook, CheckpointSaverListener
+from ._management import (
+    CheckpointManager,
+    checkpoint_exists,
+    generate_checkpoint_state_proto,
+    get_checkpoint_mtimes,
+    remove_checkpoint,
+    update_checkpoint_state,
+)
 from ._printable import EscapeRecords
 from ._reader import list_variables, load_variable, read_checkpoint, resolve_checkpoint
 from ._saver import (
@@ -47,6 +56,8 @@ from ._saver import (
 
 # The plugin's log lines name files and arrays read from disk: none prints a terminal sequence.
 logging.getLogger("monitored.checkpoint").addFilter(EscapeRecords())
+#: TF1's name of :func:`checkpoint_state`.
+get_checkpoint_state = checkpoint_state
 
 try:
     __version__ = version("monitored-checkpoint")
@@ -58,12 +69,14 @@ __all__ = [
     "CheckpointDigestError",
     "CheckpointDirectoryError",
     "CheckpointError",
+    "CheckpointManager",
     "CheckpointMismatchError",
     "CheckpointNotFoundError",
     "CheckpointRestoreHook",
     "CheckpointSaverHook",
     "CheckpointSaverListener",
     "CheckpointState",
+    "CheckpointStateError",
     "CheckpointStoreTimeoutError",
     "CheckpointVersionError",
     "CheckpointWriteError",
@@ -78,15 +91,21 @@ __all__ = [
     "UnsupportedArrayError",
     "__version__",
     "checkpoint_digest",
+    "checkpoint_exists",
     "checkpoint_state",
     "checkpoints_iterator",
+    "generate_checkpoint_state_proto",
+    "get_checkpoint_mtimes",
+    "get_checkpoint_state",
     "latest_checkpoint",
     "list_variables",
     "load_variable",
     "read_checkpoint",
     "read_manifest",
+    "remove_checkpoint",
     "resolve_checkpoint",
     "restore",
     "restore_latest",
+    "update_checkpoint_state",
     "wait_for_new_checkpoint",
 ]

@@ -16,6 +16,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointMismatchError",
     "CheckpointNotFoundError",
+    "CheckpointStateError",
     "CheckpointStoreTimeoutError",
     "CheckpointVersionError",
     "CheckpointWriteError",
@@ -63,6 +64,14 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
 
 class CorruptCheckpointError(CheckpointError, DamagedCheckpointError):
     """One checkpoint is unreadable: bad JSON, a missing or truncated file, a checksum mismatch."""
+
+
+class CheckpointStateError(CorruptCheckpointError, ValueError):
+    """The ``checkpoint`` state file cannot be parsed (empty, incomplete, a bad line).
+
+    Also a :class:`ValueError`, which TF1's ``get_checkpoint_state`` raises for
+    it, so ``except ValueError`` written for TF1 still catches it.
+    """
 
 
 class UnsafeCheckpointError(CorruptCheckpointError):

@@ -38,6 +38,7 @@ from ._errors import (
     CheckpointDigestError,
     CheckpointMismatchError,
     CheckpointNotFoundError,
+    CheckpointStateError,
     CorruptCheckpointError,
     CorruptCheckpointWarning,
     ForeignCheckpointError,
@@ -72,6 +73,7 @@ __all__ = [
     "CheckpointsIterator",
     "Saver",
     "checkpoint_digest",
+    "checkpoint_mtimes",
     "checkpoint_state",
     "checkpoints_iterator",
     "latest_checkpoint",
@@ -255,13 +257,14 @@ def _holds_our_checkpoints(store: Store, names: Sequence[str]) -> bool:
 def checkpoint_state(checkpoint_dir: str | os.PathLike[str]) -> CheckpointState | None:
     """The state file of ``checkpoint_dir`` (TF1's ``get_checkpoint_state``).
 
-    ``None`` when there is none; :class:`CorruptCheckpointError` when it cannot be parsed.
+    ``None`` when there is none; :class:`CheckpointStateError` (a
+    :class:`CorruptCheckpointError` and a ``ValueError``) when it cannot be parsed.
     """
     store = open_store(checkpoint_dir)
     try:
         return _read_state(store, store.list())
     except (ValueError, UnicodeDecodeError) as exc:
-        raise CorruptCheckpointError(
+        raise CheckpointStateError(
             f"{store.path(STATE_FILENAME)}: the state file cannot be parsed: {exc}"
         ) from None
 
@@ -797,7 +800,7 @@ class Saver:
             per this many hours instead of deleting it.
     """
 
-    __slots__ = ("_dirs", "_lock", "keep_checkpoint_every_n_hours", "max_to_keep")
+    __slots__ = ("_created", "_dirs", "_lock", "keep_checkpoint_every_n_hours", "max_to_keep")
 
     def __init__(
         self, max_to_keep: int | None = 5, keep_checkpoint_every_n_hours: float = 10000.0
@@ -813,6 +816,8 @@ class Saver:
         self.keep_checkpoint_every_n_hours = keep_checkpoint_every_n_hours
         self._lock = threading.Lock()
         self._dirs: dict[str, _Directory] = {}
+        #: When the saver was made: ``keep_checkpoint_every_n_hours`` counts from here (TF1).
+        self._created = time.time()
 
     # -- TF1's API ---------------------------------------------------------------------------
     def save(
@@ -847,21 +852,56 @@ class Saver:
 
     @property
     def last_checkpoints(self) -> list[str]:
-        """Paths of the kept checkpoints of the last directory saved to, oldest first."""
+        """Paths of the kept checkpoints of the last directory saved to, oldest first.
+
+        Empty with ``max_to_keep`` ``None`` or 0: such a saver keeps every
+        checkpoint and tracks none, as in TF1.
+        """
         with self._lock:
-            if not self._dirs:
+            if not self._dirs or not self.max_to_keep:
                 return []
             directory = list(self._dirs.values())[-1]
             return [directory.store.path(name) for name, _ in directory.kept]
 
     def recover_last_checkpoints(self, checkpoint_paths: Sequence[str]) -> None:
-        """Adopt existing checkpoints (oldest first) as kept ones, so they are rotated."""
+        """Track ``checkpoint_paths`` (oldest first) as the kept ones, so they are rotated.
+
+        As TF1's: the paths replace what the saver tracked in their directory,
+        each stamped with its modification time, and one no longer on disk is
+        left out (a checkpoint deleted since is not tracked, nor listed again).
+        """
+        pairs: list[tuple[str, float]] = []
+        for path in checkpoint_paths:
+            mtimes = checkpoint_mtimes([path])
+            if mtimes:
+                pairs.append((path, mtimes[0]))
+        self.set_last_checkpoints_with_time(pairs)
+
+    def set_last_checkpoints(self, last_checkpoints: Sequence[str]) -> None:
+        """Track ``last_checkpoints`` (oldest first) as the kept ones, stamped now (TF1's)."""
+        now = time.time()
+        self.set_last_checkpoints_with_time([(path, now) for path in last_checkpoints])
+
+    def set_last_checkpoints_with_time(
+        self, last_checkpoints_with_time: Sequence[tuple[str, float]]
+    ) -> None:
+        """Track ``(path, timestamp)`` pairs (oldest first) as the kept ones (TF1's).
+
+        They replace what the saver tracked in their directories; each path must
+        name a checkpoint of a directory (``dir/model.ckpt-5``).
+        """
+        grouped: dict[str, tuple[Store, list[tuple[str, float]]]] = {}
+        for path, stamp in last_checkpoints_with_time:
+            store, name = split_save_path(path)
+            if not is_plain_name(name) or step_of(name) is None:
+                raise ValueError(f"{path!r} is not the path of a checkpoint (dir/model.ckpt-5)")
+            grouped.setdefault(store.url, (store, []))[1].append((name, float(stamp)))
         with self._lock:
-            for path in checkpoint_paths:
-                store, name = split_save_path(path)
+            for store, pairs in grouped.values():
                 directory = self._directory(store)
-                if all(name != kept for kept, _ in directory.kept):
-                    directory.kept.append((name, time.time()))
+                directory.kept = list({name: (name, t) for name, t in pairs}.values())
+                # The last directory touched is the one ``last_checkpoints`` reports.
+                self._dirs[store.url] = self._dirs.pop(store.url)
 
     def prepare(self, save_path: str | os.PathLike[str]) -> None:
         """Check that checkpoints can be written as ``<save_path>-<step>``, before any save.
@@ -910,9 +950,10 @@ class Saver:
             kept.append((name, snapshot.created))
             kept, deleted = self._rotate(directory, kept)
             directory.kept = kept
-            text = _format_state(
-                [n for n, _ in kept], [t for _, t in kept], directory.last_preserved
-            )
+            # A saver that keeps all tracks none: its state file names the newest
+            # without a timestamp, so no saver or manager ever rotates it away (TF1).
+            stamps = [t for _, t in kept] if self.max_to_keep else []
+            text = _format_state([n for n, _ in kept], stamps, directory.last_preserved)
             store.write(STATE_FILENAME, lambda f: write_all(f, text))
         for old in deleted:
             _delete_checkpoint(store, old)
@@ -943,13 +984,7 @@ class Saver:
                     store.path(STATE_FILENAME),
                     exc,
                 )
-        kept: list[tuple[str, float]] = []
-        last_preserved = time.time()
-        if saved is not None:
-            stamps = list(saved.all_model_checkpoint_timestamps)
-            stamps = stamps if len(stamps) == len(saved.names) else [0.0] * len(saved.names)
-            kept = list(zip(saved.names, stamps, strict=True))
-            last_preserved = saved.last_preserved_timestamp or last_preserved
+        kept, last_preserved = _adopted(store, saved, self._created)
         for leftover in names:
             if leftover.startswith(".") and TEMP_MARKER in leftover:
                 if _writer_alive(leftover):
@@ -976,6 +1011,72 @@ class Saver:
                 continue
             deleted.append(name)
         return kept, deleted
+
+
+def _adopted(
+    store: Store, saved: CheckpointState | None, created: float
+) -> tuple[list[tuple[str, float]], float]:
+    """The checkpoints a saver takes over from a state file, and its preserved timestamp.
+
+    TF1's ``CheckpointManager`` rule: only checkpoints stamped after the last
+    preserved one are tracked (and so ever deleted). One listed without a
+    timestamp (written by a saver that keeps all, by ``update_checkpoint_state``,
+    by another program) was not written by a rotating saver and is never
+    deleted. With no state file, ``keep_checkpoint_every_n_hours`` counts from
+    ``created``, the saver's creation. A wall clock now behind the last preserved
+    timestamp (set back) is warned about, that timestamp is reset to now and
+    nothing is taken over: what is on disk is kept rather than guessed about.
+    """
+    now = time.time()
+    if saved is None:
+        return [], created
+    preserved = saved.last_preserved_timestamp or created
+    if now < preserved:
+        log.warning(
+            "%s: time.time() returned a value %g seconds behind the last preserved checkpoint "
+            "timestamp; the checkpoints it lists will not be deleted",
+            store.path(STATE_FILENAME),
+            preserved - now,
+        )
+        return [], now
+    stamps = list(saved.all_model_checkpoint_timestamps)
+    if len(stamps) != len(saved.names):
+        stamps = [preserved] * len(saved.names)
+    kept = [
+        (name, min(stamp, now))
+        for name, stamp in zip(saved.names, stamps, strict=True)
+        if stamp > preserved
+    ]
+    return kept, preserved
+
+
+def checkpoint_mtimes(checkpoint_prefixes: Sequence[str]) -> list[float]:
+    """The modification times of the checkpoints that exist, in order (TF1: get_checkpoint_mtimes).
+
+    A checkpoint's time is its manifest's, the file written last; a prefix with
+    no checkpoint is left out, as in TF1.
+    """
+    found: list[float] = []
+    for prefix in checkpoint_prefixes:
+        store, name = split_save_path(prefix)
+        mtime = _mtime(store.path(name + MANIFEST_SUFFIX))
+        if mtime is not None:
+            found.append(mtime)
+    return found
+
+
+def _mtime(path: str) -> float | None:
+    """The modification time of ``path`` (a local path or an fsspec URL); ``None`` if absent."""
+    try:
+        if "://" not in path:
+            return os.stat(path).st_mtime
+        import fsspec.core  # type: ignore[import-untyped]
+
+        fs, inner = fsspec.core.url_to_fs(path)
+        modified = fs.modified(inner)
+    except (OSError, NotImplementedError, ValueError):
+        return None
+    return float(modified.timestamp())
 
 
 def _delete_checkpoint(store: Store, name: str) -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "declare_options",
     "provides",
     "summary_hooks",
+    "summary_session_log",
     "summary_writer",
     "training_hooks",
 ]
@@ -89,6 +90,17 @@ def summary_writer(logdir: str | None, writer: object | None) -> FileWriter | No
     if writer is not None:
         return _file_writer(writer)
     return None if logdir is None else FileWriterCache.get(logdir)
+
+
+def summary_session_log(writer: object, status: str, global_step: int | None) -> bool:
+    """Write a ``SessionLog`` of ``status`` (``"start"``, ``"stop"``) to ``writer``."""
+    from tensorboardX.proto.event_pb2 import SessionLog
+
+    statuses = {"start": SessionLog.START, "stop": SessionLog.STOP}
+    if status not in statuses:
+        raise ValueError(f"session log status must be 'start' or 'stop', got {status!r}")
+    _file_writer(writer).add_session_log(SessionLog(status=statuses[status]), global_step)
+    return True
 
 
 def summary_hooks(
