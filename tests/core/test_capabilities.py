@@ -686,3 +686,35 @@ def test_no_plugin_package_imports_another_plugin_package_by_name() -> None:
                     assert module.partition(".")[0] not in others, (
                         f"{path.relative_to(plugins)}:{node.lineno} imports {module}"
                     )
+
+
+async def test_a_takeover_by_the_plugins_own_hook_is_no_news_another_packages_is(
+    fake_plugin: Any, state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A plugin's own hook passed in hooks=[...] (``SummarySaverHook`` for the summaries
+    plugin) is a takeover asked for: DEBUG; a hook from elsewhere, or an argument: INFO."""
+    import importlib
+
+    module_name = fake_plugin("guard", GUARD_PLUGIN + HOOK_CLASS, dist="third-guard")
+    own_hook = importlib.import_module(module_name).OwnGuard()
+    caplog.set_level(logging.DEBUG, logger="monitored")
+    async with monitored.MonitoredSession(state, hooks=[own_hook]) as sess:
+        [aside] = sess.stepped_aside
+    assert aside.asked
+    [record] = [r for r in caplog.records if "steps aside" in r.getMessage()]
+    assert record.levelno == logging.DEBUG
+    assert "OwnGuard in hooks[0] provides 'nan_guard'" in record.getMessage()
+    caplog.clear()
+    async with monitored.MonitoredSession(TrainState({"w": np.zeros(3)}), hooks=[ExplicitGuard()]):
+        pass
+    [record] = [r for r in caplog.records if "steps aside" in r.getMessage()]
+    assert record.levelno == logging.INFO
+
+
+HOOK_CLASS = """
+class OwnGuard:
+    provides = frozenset({"nan_guard"})
+
+    def after_run(self, run_context):
+        pass
+"""

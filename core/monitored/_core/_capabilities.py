@@ -26,6 +26,7 @@ The declaration is used twice:
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, final
@@ -115,6 +116,14 @@ class StepAside:
     capability: str
     #: Who took it over: a hook (``"NanTensorHook in hooks[0]"``) or an argument.
     owner: str
+    #: Whether the owner is a hook of the stepping-aside plugin's own package, passed in
+    #: ``hooks=[...]`` (``SummarySaverHook`` and ``monitored-summaries``): a takeover the
+    #: user asked for, which is no news. Another package's hook or an argument may surprise.
+    asked: bool = False
+
+    def level(self, default: int) -> int:
+        """The level to log :meth:`message` at: DEBUG for a takeover asked for, else ``default``."""
+        return logging.DEBUG if self.asked else default
 
     def message(self) -> str:
         """The line the session logs about it (once per session, at INFO)."""
@@ -141,9 +150,12 @@ def split_owners(
     a :class:`PluginError` naming both.
     """
     owners: dict[str, str] = dict(arguments or {})
+    owner_hooks: dict[str, object] = {}
     for position, info in enumerate(explicit):
         for capability in sorted(provides_of(info)):
-            owners.setdefault(capability, f"{_name_of(info.plugin)} in hooks[{position}]")
+            if capability not in owners:
+                owners[capability] = f"{_name_of(info.plugin)} in hooks[{position}]"
+                owner_hooks[capability] = info.plugin
     providers: dict[str, PluginInfo] = {}
     kept: list[PluginInfo] = []
     stepped: list[StepAside] = []
@@ -155,10 +167,18 @@ def split_owners(
                 raise _two_providers(capability, other, info)
         taken = sorted(capabilities & owners.keys())
         if taken:
-            stepped.append(StepAside(info, taken[0], owners[taken[0]]))
+            hook = owner_hooks.get(taken[0])
+            asked = hook is not None and _package_of(hook) == _package_of(info.plugin)
+            stepped.append(StepAside(info, taken[0], owners[taken[0]], asked))
         else:
             kept.append(info)
     return kept, stepped
+
+
+def _package_of(obj: object) -> str:
+    """The top-level package a hook or plugin object comes from (``monitored_summaries``)."""
+    module = obj.__name__ if inspect.ismodule(obj) else type(obj).__module__
+    return module.partition(".")[0]
 
 
 def _name_of(hook: object) -> str:

@@ -138,7 +138,7 @@ class PluginRegistration:
             statuses.setdefault(name, "inactive: it supplied no cluster, this process trains alone")
         _log_plugins(self._plan.infos, self._plugins_log_level, statuses)
         for step_aside in stepped_aside:
-            log.log(self._plugins_log_level, "%s", step_aside.message())
+            log.log(step_aside.level(self._plugins_log_level), "%s", step_aside.message())
         self._stepped_aside = tuple(stepped_aside)
 
     async def _find_cluster(self, available: Iterable[PluginInfo]) -> None:

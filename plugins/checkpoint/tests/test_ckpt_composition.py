@@ -52,7 +52,7 @@ async def train(directory: Path, hooks: list[object], last_step: int = 6) -> Any
 async def test_an_explicit_checkpoint_saver_hook_is_the_only_saver(
     tmp_path: Path, caplog: Any
 ) -> None:
-    caplog.set_level(logging.INFO, "monitored")
+    caplog.set_level(logging.DEBUG, "monitored")
     saves = Saves()
     mine = CheckpointSaverHook(
         tmp_path, save_steps=3, saver=Saver(max_to_keep=None), handle_signals=False

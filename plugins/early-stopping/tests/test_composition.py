@@ -46,7 +46,7 @@ def flat_loss(state: monitored.TrainState) -> dict[str, Any]:
 async def test_an_explicit_early_stopping_hook_wins_over_the_configured_plugin(
     make: Any, caplog: Any
 ) -> None:
-    caplog.set_level(logging.INFO, "monitored")
+    caplog.set_level(logging.DEBUG, "monitored")
     result = await run_session([make()], flat_loss, max_steps=50, plugin_options=OPTIONS)
     assert hook_of(result.session) is None, "the installed plugin made no hook"
     assert result.state.global_step > 2, "the installed plugin's patience=0 did not stop it"

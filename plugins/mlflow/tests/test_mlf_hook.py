@@ -272,7 +272,7 @@ async def test_a_worker_logs_nothing(tracking_uri: str) -> None:
 async def test_an_explicit_hook_takes_the_capability_over_from_the_plugin(
     tracking_uri: str, caplog: Any
 ) -> None:
-    caplog.set_level(logging.INFO, "monitored")
+    caplog.set_level(logging.DEBUG, "monitored")
     mine = MlflowHook(tracking_uri, log_every_n_steps=2)
     sess = await train(tracking_uri, 4, hooks=[mine])
     hooks = [i.plugin for i in sess.plugins if isinstance(i.plugin, MlflowHook)]
@@ -465,3 +465,15 @@ async def test_code_plugin_options_win_over_the_environments_and_only_changed_on
     assert params["plugin.mlflow.experiment"] == "envexp", "the environment's, where code is silent"
     assert params["plugin.nan_guard.max_rollbacks"] == "5", "another plugin's changed option"
     assert "plugin.nan_guard.on_nan" not in params, "a default"
+
+
+async def test_a_run_is_named_after_its_checkpoint_directory_by_default(
+    tracking_uri: str, tmp_path: Path
+) -> None:
+    await train(tracking_uri, 5, checkpoint_dir=tmp_path / "runs" / "demo")
+    assert only_run(tracking_uri).info.run_name == "demo"
+
+
+async def test_without_a_checkpoint_directory_mlflow_names_the_run(tracking_uri: str) -> None:
+    await train(tracking_uri, 5)
+    assert only_run(tracking_uri).info.run_name  # MLflow's own (adjective-animal-number)

@@ -289,7 +289,7 @@ async def test_the_cluster_argument_takes_the_cluster_over_from_monitored_mpi(
     monkeypatch.delenv("MONITORED_DISABLE_PLUGIN_AUTOLOAD", raising=False)
     asked: list[object] = []
     monkeypatch.setattr(monitored_mpi._plugin, "world", lambda: asked.append(1))
-    caplog.set_level(logging.INFO, "monitored")
+    caplog.set_level(logging.DEBUG, "monitored")
     cluster = monitored.LocalCluster(is_chief=True)
     async with monitored.MonitoredSession(monitored.TrainState(), cluster=cluster) as sess:
         assert sess.cluster is cluster

@@ -134,7 +134,7 @@ async def test_a_bad_option_is_an_error_naming_the_hook() -> None:
 
 
 async def test_an_explicit_hook_takes_pruning_over_from_the_plugin(caplog: Any) -> None:
-    caplog.set_level(logging.INFO, "monitored")
+    caplog.set_level(logging.DEBUG, "monitored")
     trial, other = new_trial(), new_trial()
     hook = OptunaPruningHook(trial, "loss", every_n_steps=3)
     with use_trial(other), pytest.raises(optuna.TrialPruned, match="pruned at step 6"):

@@ -23,7 +23,7 @@ def installed(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_an_explicit_progress_hook_is_the_only_display(caplog: Any) -> None:
-    caplog.set_level(logging.INFO, "monitored")
+    caplog.set_level(logging.DEBUG, "monitored")
     mine = ProgressHook(mode="plain", console=Console(file=io.StringIO()))
     result = await run_session([mine], max_steps=3)
     assert display_of(result.session) is None, "the installed plugin drew nothing"

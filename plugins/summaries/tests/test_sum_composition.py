@@ -45,7 +45,7 @@ async def test_user_summary_saver_hook_next_to_the_default_writes_each_point_onc
     tmp_path: Path, events: Any, caplog: Any
 ) -> None:
     """The demo's case: global_step/sec at (6, ...) twice. TF1 wrote it once."""
-    caplog.set_level(logging.INFO, "monitored")
+    caplog.set_level(logging.DEBUG, "monitored")
     mine = SummarySaverHook(save_steps=5, output_dir=str(tmp_path))
     sess = await train(tmp_path, [mine])
     points = Counter(
@@ -66,7 +66,7 @@ async def test_a_private_summary_saver_subclass_is_named_by_its_public_class(
     tmp_path: Path, caplog: Any
 ) -> None:
     """``SummarySaverHook(scalars=...)`` is a private subclass; messages name the public one."""
-    caplog.set_level(logging.INFO, "monitored")
+    caplog.set_level(logging.DEBUG, "monitored")
     mine = SummarySaverHook(save_steps=5, output_dir=str(tmp_path), scalars=["loss"])
     assert type(mine).__name__.startswith("_"), "the case this test is about"
     sess = await train(tmp_path, [mine])

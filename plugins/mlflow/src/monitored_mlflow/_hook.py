@@ -19,6 +19,7 @@ import asyncio
 import importlib.metadata
 import math
 import os
+import posixpath
 import time
 import uuid
 from collections.abc import Mapping
@@ -90,7 +91,9 @@ class MlflowHook:
             ``None``: ``MLFLOW_TRACKING_URI``, else MLflow's own default store.
         experiment: the experiment's name (made if missing); ``None``:
             ``MLFLOW_EXPERIMENT_NAME``, else ``"monitored"``.
-        run_name: the run's display name (``None``: MLflow makes one up).
+        run_name: the run's display name (``None``: the name of the training's
+            checkpoint directory, ``demo`` for ``runs/demo``; without one, MLflow
+            makes one up).
         log_every_n_steps: log the step's scalar outputs every this many global steps.
         log_checkpoints: ``None``, ``"all"`` (every checkpoint a checkpoint plugin
             writes, as artifacts under ``checkpoints/``) or ``"best"`` (the
@@ -247,7 +250,7 @@ class MlflowHook:
             SenderConfig(
                 tracking_uri=self.tracking_uri,
                 experiment=self.experiment,
-                run_name=self.run_name,
+                run_name=self.run_name or default_run_name(session),
                 run_key=self._run_key,
                 run_id=self._run_id,
                 artifact_location=self.artifact_location or _artifacts_beside(self.tracking_uri),
@@ -394,6 +397,19 @@ def optimizer_params(optimizer: object) -> dict[str, str]:
         if isinstance(settings, Mapping):
             out.update({f"optimizer.{k}": str(v) for k, v in settings.items()})
     return {k: v[:MAX_PARAM_VALUE_LENGTH] for k, v in out.items()}
+
+
+def default_run_name(session: MonitoredSession) -> str | None:
+    """The run directory's name (``runs/demo``: ``demo``), which a user knows the run by.
+
+    ``None`` without a checkpoint directory: MLflow then makes a name up.
+    """
+    config = session.training_config
+    directory = None if config is None else config.checkpoint_dir
+    if not directory:
+        return None
+    name = posixpath.basename(str(directory).replace("\\", "/").rstrip("/"))
+    return name or None
 
 
 def session_params(session: MonitoredSession) -> dict[str, str]:
