@@ -275,3 +275,13 @@ async def test_a_bad_run_directories_answer_is_named(tmp_path: Path) -> None:
     with pytest.raises(monitored.PluginError, match="run_directories"):
         async with MonitoredSession(TrainState(), hooks=[Bad()]):
             pass
+
+
+def test_the_owners_own_lease_decides_not_the_claimants(tmp_path: Path) -> None:
+    # The owner renews every quarter of its 60 s lease: a claimant set to 1 s must
+    # not take it over after 5 s of silence.
+    record = _record(tmp_path, 1, host="elsewhere", pid=1, since=time.time(), lease=60.0)
+    old = time.time() - 5
+    os.utime(record, (old, old))
+    with pytest.raises(RunOwnedError, match="host 'elsewhere'"):
+        claim_run(tmp_path, lease_secs=1.0)

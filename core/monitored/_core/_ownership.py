@@ -191,7 +191,18 @@ _BOOT: Final = _boot_id()
 class _Record:
     """One claim as read from disk: whose, since when, last renewed when."""
 
-    __slots__ = ("boot", "epoch", "host", "mtime", "pid", "released", "since", "started", "token")
+    __slots__ = (
+        "boot",
+        "epoch",
+        "host",
+        "lease",
+        "mtime",
+        "pid",
+        "released",
+        "since",
+        "started",
+        "token",
+    )
 
     def __init__(self, epoch: int, mtime: float, fields: dict[str, object]) -> None:
         self.epoch = epoch
@@ -204,6 +215,9 @@ class _Record:
         since = fields.get("since")
         self.since = float(since) if isinstance(since, int | float) else None
         self.token = str(fields.get("token", ""))[:64]
+        lease = fields.get("lease")
+        #: The owner's lease (it renews every quarter of it): what silence is judged by.
+        self.lease = float(lease) if isinstance(lease, int | float) and lease > 0 else None
         #: Whether its owner gave it up (a session that closed): free without a wait.
         self.released = fields.get("released") is True
 
@@ -227,11 +241,14 @@ class _Record:
                 return f"process {self.pid} is gone"
             if self.started and _start_ticks(self.pid) not in ("", self.started):
                 return f"process {self.pid} is gone (its pid now belongs to another process)"
+        # The owner's own lease when it recorded one: a claimant with a shorter
+        # setting does not take over an owner that renews on its longer schedule.
+        lease = max(lease_secs, self.lease) if self.lease is not None else lease_secs
         silent = now - self.mtime
-        if silent > lease_secs:
+        if silent > lease:
             return (
                 f"its lease was not renewed for {silent:.0f}s (more than {LEASE_ENV}="
-                f"{lease_secs:g}): its process is paused, hung or on a host cut off"
+                f"{lease:g}): its process is paused, hung or on a host cut off"
             )
         return None
 
@@ -347,7 +364,7 @@ class RunOwner:
         if folder is None:
             return
         epochs = _epochs(folder)
-        if epochs and epochs[0][0] == self.epoch and epochs[0][1] == self._name:
+        if self._lost is None and epochs and epochs[0][1] == self._name:
             return
         newer = _newest(folder)
         by = f" by {newer.describe()}" if newer is not None and newer.epoch > self.epoch else ""
@@ -470,6 +487,7 @@ def _claim_local(directory: str, lease: float, who: str) -> RunOwner:
         "boot": _BOOT,
         "since": time.time(),
         "token": secrets.token_hex(8),
+        "lease": lease,
     }
     body = json.dumps(fields).encode("utf-8")
     for _ in range(_ATTEMPTS):

@@ -22,7 +22,7 @@ import pytest
 
 from monitored._cli import main
 
-#: Rounds of ls + verify against the live writer (each round: one of each).
+#: Rounds against the live writer (each round: ls, verify, show and ls --json).
 ROUNDS = int(os.environ.get("MONITORED_LIVE_READER_ROUNDS", "60"))
 
 WRITER = textwrap.dedent(
@@ -86,10 +86,10 @@ def _cli(*argv: str) -> tuple[int, str, str]:
     return status, out.getvalue(), err.getvalue()
 
 
-def test_ls_and_verify_beside_a_live_writer_never_say_damaged(live_writer: Path) -> None:
+def test_ls_show_and_verify_beside_a_live_writer_never_say_damaged(live_writer: Path) -> None:
     failures = []
     for _ in range(ROUNDS):
-        for command in ("ls", "verify"):
+        for command in ("ls", "verify", "show"):
             status, out, err = _cli(command, str(live_writer))
             if status != 0:
                 failures.append((command, status, out, err))

@@ -25,11 +25,19 @@ from typing import TYPE_CHECKING, Any, Final, TextIO, TypeVar
 import numpy as np
 
 from ._errors import CheckpointError
-from ._format import _ITEMSIZE, DATA_SUFFIX, MANIFEST_SUFFIX, check_step_name, read_manifest
+from ._format import (
+    _ITEMSIZE,
+    DATA_SUFFIX,
+    MANIFEST_SUFFIX,
+    Manifest,
+    check_step_name,
+    read_manifest,
+)
 from ._inspect import (
     ArrayStats,
     CheckpointDiff,
     CheckpointRow,
+    PickedCheckpoint,
     VerifyReport,
     array_stats,
     diff_checkpoints,
@@ -231,6 +239,29 @@ def _settled(
     return settle(store, read, problems)
 
 
+def _retried(path: str, read: Callable[[], _T]) -> _T:
+    """``read()`` of a directory's newest checkpoint, again if a live writer rotated it
+    away (or replaced it) while it was read (``_settle``); its error otherwise."""
+    store = open_store(path)
+    if not store.is_directory():
+        return read()
+    failure: list[CheckpointError] = []
+
+    def attempt() -> _T | None:
+        failure.clear()
+        try:
+            return read()
+        except CheckpointError as exc:
+            failure.append(exc)
+            return None
+
+    result, _ = settle(store, attempt, lambda _: [str(e) for e in failure])
+    if failure:
+        raise failure[0]
+    assert result is not None
+    return result
+
+
 def _being_written(args: argparse.Namespace, settled: Settled | None, problem: str) -> bool:
     """Whether ``problem`` is about files a live writer changed during the read (a note)."""
     if settled is None or not settled.in_flux(problem):
@@ -296,18 +327,21 @@ def _show(args: argparse.Namespace) -> int:
         for line in np.array2string(array, separator=", ").splitlines():
             _say(line)
         return OK
-    picked = pick_checkpoint(args.path)
-    _note(args, picked.note)
-    if args.stats:
-        manifest, arrays = read_checkpoint(picked.path)
-        stats: dict[str, ArrayStats] = {n: array_stats(a) for n, a in arrays.items()}
-    elif picked.manifest is not None:
-        manifest, stats = picked.manifest, {}
-    else:
+
+    def read() -> tuple[PickedCheckpoint, Manifest, dict[str, ArrayStats]]:
+        picked = pick_checkpoint(args.path)
+        if args.stats:
+            manifest, arrays = read_checkpoint(picked.path)
+            return picked, manifest, {n: array_stats(a) for n, a in arrays.items()}
+        if picked.manifest is not None:
+            return picked, picked.manifest, {}
         store, name = split_save_path(picked.path)
         manifest = read_manifest(store, name)
         check_step_name(manifest)
-        stats = {}
+        return picked, manifest, {}
+
+    picked, manifest, stats = _retried(args.path, read)
+    _note(args, picked.note)
     entries = []
     for name, info in sorted(manifest.arrays.items()):
         entry: dict[str, Any] = {
