@@ -175,6 +175,11 @@ def dtype_from_name(dtype_name: str, where: str) -> np.dtype[Any]:
 
 
 # -- snapshots ----------------------------------------------------------------------------------
+#: The dtypes seen to be storable: a set lookup per array and snapshot, where
+#: ``dtype_tag`` builds the dtype's name.
+_STORABLE: Final[set[np.dtype[Any]]] = set()
+
+
 @final
 class SnapshotBuffers:
     """Host buffers reused from one snapshot to the next.
@@ -185,15 +190,55 @@ class SnapshotBuffers:
     only once the previous one has been written.
     """
 
-    __slots__ = ("_buffers",)
+    __slots__ = ("_buffers", "_preparing")
 
     def __init__(self) -> None:
         self._buffers: dict[str, np.ndarray[Any, Any]] = {}
+        self._preparing: threading.Thread | None = None
+
+    def prepare(self, state: TrainState) -> None:
+        """Allocate and touch, in a thread, the buffers a snapshot of ``state`` needs.
+
+        So that the first snapshot of a session that did not save at its start
+        (it resumed from a checkpoint of its step) copies into touched memory,
+        as every later one does. NumPy entries only (CuPy's are pinned, so
+        resident once allocated); buffers already there are left alone (a write
+        in flight may be reading them). :meth:`get` waits for the thread.
+        """
+        self._join()
+        wanted: dict[str, tuple[tuple[int, ...], np.dtype[Any]]] = {}
+        for name, array in state.items():
+            if is_device_array(array):
+                continue
+            dtype = np.dtype(array.dtype)
+            little = dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
+            shape = tuple(int(n) for n in array.shape)
+            have = self._buffers.get(name)
+            if have is None or have.shape != shape or have.dtype != little:
+                wanted[name] = (shape, little)
+        if not wanted:
+            return
+
+        def touch() -> None:
+            for name, (shape, dtype) in wanted.items():
+                buffer = np.empty(shape, dtype)
+                buffer.fill(0)  # NumPy releases the GIL: the loop goes on meanwhile
+                self._buffers[name] = buffer
+
+        self._preparing = threading.Thread(target=touch, name="checkpoint-buffers", daemon=True)
+        self._preparing.start()
+
+    def _join(self) -> None:
+        if self._preparing is not None:
+            self._preparing.join()
+            self._preparing = None
 
     def get(
         self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any], pinned: bool
     ) -> np.ndarray[Any, Any]:
         """A C-contiguous host array of ``shape`` and ``dtype`` for entry ``name``."""
+        if self._preparing is not None:
+            self._join()
         buffer = self._buffers.get(name)
         if buffer is None or buffer.shape != shape or buffer.dtype != dtype:
             buffer = _empty_pinned(shape, dtype) if pinned else np.empty(shape, dtype)
@@ -202,6 +247,7 @@ class SnapshotBuffers:
 
     def clear(self) -> None:
         """Free every buffer."""
+        self._join()
         self._buffers.clear()
 
     @property
@@ -264,9 +310,12 @@ def take_snapshot(
     """
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     modules: dict[str, str] = {}
+    storable = _STORABLE
     for name, array in state.items():
         dtype = np.dtype(array.dtype)
-        dtype_tag(dtype, name)
+        if dtype not in storable:
+            dtype_tag(dtype, name)  # raises for a dtype safetensors cannot store
+            storable.add(dtype)
         little = dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
         shape = tuple(int(n) for n in array.shape)
         if is_device_array(array):
