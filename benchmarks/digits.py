@@ -258,7 +258,10 @@ def main() -> None:
     hand_cpu = statistics.median(cpu["the same features by hand"])
     hand_wall = statistics.median(wall["the same features by hand"])
     bare_cpu = statistics.median(cpu["bare NumPy loop"])
-    print("| contender | CPU s (median, range) | wall s (median) | steps/s (CPU) | CPU / bare | CPU / by hand | wall / by hand |")
+    print(
+        "| contender | CPU s (median, range) | wall s (median) | steps/s (CPU) | CPU / bare "
+        "| CPU / by hand | wall / by hand |"
+    )
     print("|---|--:|--:|--:|--:|--:|--:|")
     for name in names:
         c, w = statistics.median(cpu[name]), statistics.median(wall[name])

@@ -97,7 +97,7 @@ async def _session(
                 if first:
                     # Ten trivial steps take microseconds; ten real ones, more
                     # than the thread that prepares the buffers needs.
-                    time.sleep(0.2)
+                    time.sleep(0.2)  # noqa: ASYNC251 - the loop is to be blocked
                     first = False
             floor_first = saving and len(stalls) % 2 == 0
             if floor_first:
@@ -147,7 +147,10 @@ def main() -> None:
         f"{platform.python_version()}, NumPy {np.__version__}; load {os.getloadavg()[0]:.1f}"
     )
     print()
-    print("| state | stall (median) | np.copyto floor | stall / floor (median, range) | first save / floor |")
+    print(
+        "| state | stall (median) | np.copyto floor | stall / floor (median, range) "
+        "| first save / floor |"
+    )
     print("|--:|--:|--:|--:|--:|")
     root = Path(tempfile.mkdtemp(prefix="monitored-stall-", dir=args.dir))
     try:
