@@ -517,8 +517,8 @@ class GatedWrites:
         self.started: list[int] = []
         self.fail_at = fail_at
         self._lock = threading.Lock()
-        self._real = _saver.write_checkpoint
-        monkeypatch.setattr(_saver, "write_checkpoint", self)
+        self._real = _saver.write_checkpoint_files
+        monkeypatch.setattr(_saver, "write_checkpoint_files", self)
 
     def __call__(self, store: Any, name: str, snapshot: Any) -> Any:
         with self._lock:

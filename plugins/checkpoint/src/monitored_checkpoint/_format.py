@@ -83,6 +83,7 @@ __all__ = [
     "take_snapshot",
     "verify_arrays",
     "write_checkpoint",
+    "write_checkpoint_files",
 ]
 
 #: The value of ``"format"`` in every manifest and safetensors ``__metadata__``.
@@ -498,7 +499,17 @@ def write_checkpoint(store: Store, name: str, snapshot: Snapshot) -> Manifest:
 
     Blocking; runs in the background writer's thread. The manifest goes last, so
     a checkpoint whose write was interrupted has no manifest and does not exist.
+    On a local filesystem the manifest's rename is durable once the directory is
+    next synced (:meth:`Saver.write` does it with the state file; here, at once).
     """
+    manifest = write_checkpoint_files(store, name, snapshot)
+    store.sync_directory()
+    return parse_manifest(manifest, store, name)
+
+
+def write_checkpoint_files(store: Store, name: str, snapshot: Snapshot) -> dict[str, Any]:
+    """:func:`write_checkpoint` without reading back the manifest, whose rename is
+    made durable by the caller's next durable write to ``store`` (the state file)."""
     data_name = name + DATA_SUFFIX
     prefix, order = _header(snapshot)
     views = [memoryview(prefix), *(_byte_view(snapshot.arrays[n]) for n in order)]
@@ -509,7 +520,9 @@ def write_checkpoint(store: Store, name: str, snapshot: Snapshot) -> Manifest:
 
     crc = _Crc32Thread(views)
     try:
-        store.write(data_name, write_data)
+        # Its rename is made durable with the manifest's directory sync, before
+        # the manifest's own rename: a manifest never survives without its data.
+        store.write(data_name, write_data, durable="later")
     finally:
         checksum = crc.result()
     size = sum(v.nbytes for v in views)
@@ -533,14 +546,16 @@ def write_checkpoint(store: Store, name: str, snapshot: Snapshot) -> Manifest:
         "versions": _library_versions(snapshot),
     }
     manifest[DIGEST_FIELD] = manifest_digest(manifest)
-    text = json.dumps(manifest, indent=1).encode() + b"\n"
+    # One line: the C encoder (an ``indent`` takes json's pure-Python one, a
+    # third of a small checkpoint's write). ``monitored checkpoint show`` prints it.
+    text = json.dumps(manifest).encode() + b"\n"
     if len(text) > MAX_MANIFEST_BYTES:
         raise CheckpointError(
             f"the manifest of {store.path(name)} would have {len(text)} bytes, more than the "
             f"{MAX_MANIFEST_BYTES} a reader accepts: the RNG or plugin states are too large"
         )
-    store.write(name + MANIFEST_SUFFIX, lambda f: write_all(f, text))
-    return parse_manifest(manifest, store, name)
+    store.write(name + MANIFEST_SUFFIX, lambda f: write_all(f, text), durable="before")
+    return manifest
 
 
 # -- reading --------------------------------------------------------------------------------------
