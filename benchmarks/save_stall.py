@@ -83,6 +83,7 @@ async def _session(
         save_summaries_steps=every * 100 + 1,
         save_summaries_secs=None,
         log_step_count_steps=None,
+        blocked_loop_warning_secs=None,  # the script blocks the loop between saves
     ) as sess:
         hook = _hook_of(sess)
         start = sess.state.global_step
