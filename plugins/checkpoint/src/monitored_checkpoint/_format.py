@@ -176,6 +176,8 @@ def dtype_from_name(dtype_name: str, where: str) -> np.dtype[Any]:
 
 
 # -- snapshots ----------------------------------------------------------------------------------
+#: Files smaller than this are checksummed on the reading or writing thread.
+_INLINE_CRC_BYTES: Final = 4 << 20
 #: The dtypes seen to be storable: a set lookup per array and snapshot, where
 #: ``dtype_tag`` builds the dtype's name.
 _STORABLE: Final[set[np.dtype[Any]]] = set()
@@ -464,13 +466,21 @@ def _chunks(views: Iterable[memoryview]) -> Iterable[memoryview]:
 
 @final
 class _Crc32Thread:
-    """Computes the CRC-32 of some buffers in a thread (the GIL is released meanwhile)."""
+    """Computes the CRC-32 of some buffers in a thread (the GIL is released meanwhile).
+
+    Below :data:`_INLINE_CRC_BYTES` on the caller's thread: starting a thread
+    costs more than checksumming a small file.
+    """
 
     __slots__ = ("_error", "_thread", "_value")
 
     def __init__(self, views: list[memoryview]) -> None:
         self._value = 0
         self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if sum(v.nbytes for v in views) < _INLINE_CRC_BYTES:
+            self._run(views)
+            return
         self._thread = threading.Thread(target=self._run, args=(views,), daemon=True)
         self._thread.start()
 
@@ -484,7 +494,8 @@ class _Crc32Thread:
             self._error = exc
 
     def result(self) -> int:
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         if self._error is not None:  # pragma: no cover
             raise self._error
         return self._value
@@ -602,7 +613,12 @@ def load_json(raw: bytes, where: str, what: str) -> Any:
             f"{where}: {what} is not valid JSON ({_show(str(exc))}); the file is truncated or "
             "damaged"
         ) from None
-    if document is _TOO_DEEP or _too_deep(document, MAX_JSON_DEPTH):
+    # A document cannot nest deeper than it has brackets: most never need the walk
+    # (an RNG state's long lists made it a quarter of a small restore).
+    if document is _TOO_DEEP or (
+        raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH
+        and _too_deep(document, MAX_JSON_DEPTH)
+    ):
         raise CorruptCheckpointError(
             f"{where}: {what} nests deeper than {MAX_JSON_DEPTH} levels; refused"
         )
@@ -952,11 +968,12 @@ def _read_file(
         order = _check_header(header_bytes, specs, manifest, where, size - 8 - length)
         # Only now, with every size checked against the file, is memory allocated.
         targets = {n: _target(specs[n], into.get(n)) for n in order} if keep else {}
+        inline = size < _INLINE_CRC_BYTES
         if keep:
-            hasher = _Crc32Follower(prefix + header_bytes, digest)
+            hasher = _Crc32Follower(prefix + header_bytes, digest, inline=inline)
         else:
             scratch = _Scratch(size - 8 - length)
-            hasher = _Crc32Follower(prefix + header_bytes, digest, scratch.gate)
+            hasher = _Crc32Follower(prefix + header_bytes, digest, scratch.gate, inline=inline)
         try:
             if keep:
                 for name in order:
@@ -1098,7 +1115,12 @@ class _Crc32Follower:
     __slots__ = ("_also", "_gate", "_queue", "_thread", "_value")
 
     def __init__(
-        self, first: bytes, also: Any = None, gate: threading.Semaphore | None = None
+        self,
+        first: bytes,
+        also: Any = None,
+        gate: threading.Semaphore | None = None,
+        *,
+        inline: bool = False,
     ) -> None:
         self._value = crc32(first)
         #: Released after each chunk (see :class:`_Scratch`), or None.
@@ -1108,8 +1130,12 @@ class _Crc32Follower:
         if also is not None:
             also.update(first)
         self._queue: queue.SimpleQueue[memoryview | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        #: ``None`` when checksumming on the caller's thread (``inline``: a small
+        #: file, where starting a thread and handing it each chunk costs more).
+        self._thread: threading.Thread | None = None
+        if not inline:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
 
     def _run(self) -> None:
         value, also, gate = self._value, self._also, self._gate
@@ -1122,9 +1148,18 @@ class _Crc32Follower:
         self._value = value
 
     def add(self, chunk: memoryview) -> None:
-        self._queue.put(chunk)
+        if self._thread is not None:
+            self._queue.put(chunk)
+            return
+        self._value = crc32(chunk, self._value)
+        if self._also is not None:
+            self._also.update(chunk)
+        if self._gate is not None:
+            self._gate.release()
 
     def result(self) -> int:
+        if self._thread is None:
+            return self._value
         self._queue.put(None)
         self._thread.join()
         return self._value
