@@ -616,8 +616,7 @@ def load_json(raw: bytes, where: str, what: str) -> Any:
     # A document cannot nest deeper than it has brackets: most never need the walk
     # (an RNG state's long lists made it a quarter of a small restore).
     if document is _TOO_DEEP or (
-        raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH
-        and _too_deep(document, MAX_JSON_DEPTH)
+        raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _too_deep(document, MAX_JSON_DEPTH)
     ):
         raise CorruptCheckpointError(
             f"{where}: {what} nests deeper than {MAX_JSON_DEPTH} levels; refused"
