@@ -94,3 +94,14 @@ def test_a_save_syncs_data_before_its_manifest_can_appear_and_all_before_returni
     restore(restored, path)
     assert restored["w"].tolist() == _state(2)["w"].tolist()
     assert sorted(os.listdir(directory)) == sorted(["checkpoint", data, manifest]), "rotated"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/fd"), reason="names of open files")
+def test_the_writability_probe_at_a_sessions_start_syncs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / "ckpt"
+    calls = Calls(monkeypatch, directory)
+    Saver().prepare(str(directory / "model.ckpt"))
+    assert [k for k, _ in calls.events if k != "rename"] == [], calls.events
+    assert os.listdir(directory) == [], "the probe is removed"
