@@ -265,6 +265,13 @@ def after_save(session: MonitoredSession, step: int, path: str) -> bool | None:
     """Called by checkpoint plugins after the checkpoint of ``step`` is complete.
 
     Return ``True`` to request a stop, like TF1's ``CheckpointSaverListener``.
+    A checkpoint plugin writes in the background and calls this at the first
+    step boundary after the write finished, where a stop requested here takes
+    effect; so that listening to saves never makes a save wait for the disk.
+    An implementation that must hear of each save before the next step (to stop
+    at exactly the saved step) sets ``synchronous_after_save = True`` on its
+    hook object or plugin module: the checkpoint plugin then waits for each
+    write, as TF1 did.
     """
 
 

@@ -19,11 +19,14 @@ error with a "did you mean", so a misspelled hook never passes silently.
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib.metadata
 import inspect
 import logging
 import os
 import sys
+import types
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, final
@@ -323,6 +326,9 @@ _distributions: dict[int, tuple[importlib.metadata.EntryPoint, tuple[str, str]]]
 
 #: ``parse_hookspec_opts`` of each name of ``hookspecs``, computed once.
 _SPEC_OPTS: dict[str, Any] = {}
+#: The parsed hook implementation options of each plugin module and hook class,
+#: by name (see ``PluginManager.parse_hookimpl_opts``); forgotten with them.
+_IMPL_OPTS: weakref.WeakKeyDictionary[object, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
 @final
@@ -361,6 +367,28 @@ class PluginManager(pluggy.PluginManager):
         # each (most of an object's dir()), which a session per evaluation repeats.
         if name in self._skip or name.startswith("__"):
             return None
+        # An installed plugin's module, and hook objects of the same class, are
+        # registered again by every session: pluggy's static lookup of each of
+        # their names, once per module or class (what an instance holds in its
+        # own ``__dict__`` is looked up each time).
+        if isinstance(plugin, types.ModuleType):
+            key: object = plugin
+        elif name in getattr(plugin, "__dict__", ()):
+            return self._parse_impl(plugin, name)
+        else:
+            key = type(plugin)
+        try:
+            parsed = _IMPL_OPTS.get(key)
+        except TypeError:  # not weakly referenceable
+            return self._parse_impl(plugin, name)
+        if parsed is None:
+            parsed = _IMPL_OPTS[key] = {}
+        if name not in parsed:
+            parsed[name] = self._parse_impl(plugin, name)
+        opts = parsed[name]
+        return None if opts is None else dict(opts)
+
+    def _parse_impl(self, plugin: object, name: str) -> Any:
         opts = super().parse_hookimpl_opts(plugin, name)
         if opts is not None or name not in _SPEC_NAMES:
             return opts
@@ -573,6 +601,7 @@ def _own_functions(plugin: object) -> list[str]:
     return sorted(names)
 
 
+@functools.lru_cache(maxsize=4096)
 def _misspelled(name: str) -> str | None:
     """The hook ``name`` probably meant, if it is a near miss of one."""
     if name in _SPEC_NAMES:

@@ -90,6 +90,10 @@ class TrainState(MutableMapping[str, Any]):
             ) from None
 
     def __setitem__(self, name: str, value: Any) -> None:
+        if self._arrays.get(name) is value:
+            # ``state["w"] -= lr * g`` updates in place, then stores the same array
+            # again: it was checked when it was stored.
+            return
         _check_name(name)
         if not is_array(value):
             raise TypeError(

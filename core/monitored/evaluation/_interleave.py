@@ -38,8 +38,7 @@ class EvaluateNewCheckpoints(EvaluatesInTraining):
     will hold: no re-read, and plugin states the evaluation changes (early
     stopping's best value) are saved in that same checkpoint, so a resumed run
     has seen every evaluation a straight run has. The write itself stays
-    asynchronous (an ``after_save`` listener would make the checkpoint plugin
-    wait for it). With ``at_end``, the final state is evaluated at ``end``
+    asynchronous. With ``at_end``, the final state is evaluated at ``end``
     unless its step already was (a session without checkpoints evaluates only
     then); that ``end`` runs before every other hook's, so early stopping hears
     the final result before its own ``end`` and the checkpoint plugin's final

@@ -298,6 +298,9 @@ async def test_save_hookspecs_reach_other_plugins(ckpt_dir: str) -> None:
     calls: list[tuple[str, int, str | None]] = []
 
     class Plugin:
+        # Hears of each save before the next step, so its stop is at the saved step.
+        synchronous_after_save = True
+
         def before_save(self, session: Any, step: int) -> None:
             calls.append(("before_save", step, None))
 
@@ -309,6 +312,145 @@ async def test_save_hookspecs_reach_other_plugins(ckpt_dir: str) -> None:
     assert state.global_step == 2
     assert ("after_save", 2, os.path.join(ckpt_dir, "model.ckpt-2")) in calls
     assert ("before_save", 0, None) in calls
+
+
+async def _written(hook: CheckpointSaverHook) -> None:
+    write = hook.last_write
+    assert write is not None
+    assert await anyio.to_thread.run_sync(write.done.wait, 10)
+
+
+class SaveAnnouncements:
+    """An ``after_save`` hookspec implementation that does not ask to be synchronous."""
+
+    def __init__(self, stop_at: int | None = None) -> None:
+        self.heard: list[tuple[int, int]] = []  # (checkpoint step, step when heard)
+        self.stop_at = stop_at
+
+    def after_save(self, session: Any, step: int, path: str) -> bool:
+        assert os.path.exists(path + ".json"), "heard of a checkpoint not complete on disk"
+        self.heard.append((step, session.state.global_step))
+        return step == self.stop_at
+
+
+async def test_an_after_save_hookspec_does_not_make_saves_wait_for_the_write(
+    ckpt_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writes = GatedWrites(monkeypatch)
+    listener = SaveAnnouncements()
+    state = new_state()
+    hook = CheckpointSaverHook(ckpt_dir, save_steps=2)
+    plugins = [listener, hook]
+    async with MonitoredSession(state, hooks=plugins, scaffold=Scaffold(init_fn=init)) as sess:
+        await _written(hook)  # the save at creation
+        writes.gate.clear()
+        await sess.run(noisy_step)
+        await sess.run(noisy_step)  # saves step 2: returns while the write waits
+        await sess.run(noisy_step)
+        assert hook.last_write is not None
+        assert hook.last_write.step == 2
+        assert not hook.last_write.done.is_set()
+        assert [s for s, _ in listener.heard] == [0]
+        writes.gate.set()
+        assert hook.last_write.done.wait(10)
+        for _ in range(3):
+            await sess.run(noisy_step)
+    heard = dict(listener.heard)
+    assert sorted(heard) == [0, 2, 4, 6], "every save is announced once"
+    assert all(when > step for step, when in listener.heard if step < 6), listener.heard
+    assert heard[6] == 6, "the last save is announced at end"
+
+
+async def test_an_after_save_hookspec_stop_takes_effect_at_the_next_step_boundary(
+    ckpt_dir: str,
+) -> None:
+    listener = SaveAnnouncements(stop_at=4)
+    state = await train(ckpt_dir, 100, hooks=[listener])
+    [(_, heard_at)] = [(s, w) for s, w in listener.heard if s == 4]
+    assert heard_at > 4
+    assert state.global_step == heard_at, "training stopped where the save was announced"
+    assert latest_checkpoint(ckpt_dir) == os.path.join(ckpt_dir, f"model.ckpt-{heard_at}")
+
+
+async def test_a_listener_may_opt_out_of_tf1_timing(
+    ckpt_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writes = GatedWrites(monkeypatch)
+
+    class Later(Recorder):
+        synchronous_after_save = False
+
+    recorder = Later()
+    state = new_state()
+    hook = CheckpointSaverHook(ckpt_dir, save_steps=2, listeners=[recorder])
+    async with MonitoredSession(state, hooks=[hook], scaffold=Scaffold(init_fn=init)) as sess:
+        await _written(hook)
+        writes.gate.clear()
+        await sess.run(noisy_step)
+        await sess.run(noisy_step)  # the save of step 2 does not wait for its write
+        assert hook.last_write is not None
+        assert not hook.last_write.done.is_set()
+        writes.gate.set()
+    assert [s for e, s in recorder.events if e == "after_save"] == [0, 2]
+
+
+async def test_a_listener_that_only_overrides_before_save_keeps_saves_asynchronous(
+    ckpt_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writes = GatedWrites(monkeypatch)
+
+    class BeforeOnly(CheckpointSaverListener):
+        def before_save(self, session: Any, global_step_value: int) -> None:
+            pass
+
+    state = new_state()
+    hook = CheckpointSaverHook(ckpt_dir, save_steps=2, listeners=[BeforeOnly()])
+    async with MonitoredSession(state, hooks=[hook], scaffold=Scaffold(init_fn=init)) as sess:
+        await _written(hook)
+        writes.gate.clear()
+        await sess.run(noisy_step)
+        await sess.run(noisy_step)
+        assert hook.last_write is not None
+        assert not hook.last_write.done.is_set()
+        writes.gate.set()
+
+
+async def test_the_default_install_saves_asynchronously(
+    ckpt_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Summaries (and MLflow) implement after_save; saves still do not wait for the disk."""
+    writes = GatedWrites(monkeypatch)
+    state = new_state()
+    async with monitored.MonitoredTrainingSession(
+        state=state,
+        checkpoint_dir=ckpt_dir,
+        save_checkpoint_steps=2,
+        save_checkpoint_secs=None,
+        scaffold=Scaffold(init_fn=init),
+    ) as sess:
+        assert sess.implements("after_save")
+        saving = [i.plugin for i in sess.plugins if isinstance(i.plugin, CheckpointSaverHook)]
+        [hook] = saving
+        await _written(hook)
+        writes.gate.clear()
+        await sess.run(noisy_step)
+        await sess.run(noisy_step)
+        assert hook.last_write is not None
+        assert hook.last_write.step == 2
+        assert not hook.last_write.done.is_set()
+        writes.gate.set()
+    assert steps_on_disk(ckpt_dir) == [0, 2]
+
+
+async def test_a_resumed_session_prepares_its_snapshot_buffers(ckpt_dir: str) -> None:
+    await train(ckpt_dir, 2)
+    state = new_state()
+    hook = CheckpointSaverHook(ckpt_dir, save_steps=2)
+    async with MonitoredSession(state, hooks=[hook], scaffold=Scaffold(init_fn=init)):
+        assert hook.last_write is None, "no save at creation: the checkpoint of step 2 exists"
+        buffers = hook._buffers
+        buffers._join()
+        assert buffers.nbytes == sum(a.nbytes for a in state.values())
 
 
 async def test_plugin_state_is_the_one_of_the_saved_step(ckpt_dir: str) -> None:
@@ -375,8 +517,8 @@ class GatedWrites:
         self.started: list[int] = []
         self.fail_at = fail_at
         self._lock = threading.Lock()
-        self._real = _saver.write_checkpoint
-        monkeypatch.setattr(_saver, "write_checkpoint", self)
+        self._real = _saver.write_checkpoint_files
+        monkeypatch.setattr(_saver, "write_checkpoint_files", self)
 
     def __call__(self, store: Any, name: str, snapshot: Any) -> Any:
         with self._lock:

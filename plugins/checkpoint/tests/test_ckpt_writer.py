@@ -314,9 +314,9 @@ HUNG_CHILD = textwrap.dedent(
     real_write = _store.LocalStore.write
 
 
-    def hung_write(self, name, writer):
+    def hung_write(self, name, writer, **kwargs):
         if not name.startswith("model.ckpt-2."):
-            return real_write(self, name, writer)
+            return real_write(self, name, writer, **kwargs)
 
         def half(file):
             file.write(b"half of a checkpoint")
@@ -324,7 +324,7 @@ HUNG_CHILD = textwrap.dedent(
             with open(FIFO, "wb"):  # no reader: blocks, as a write to a dead NFS server
                 pass
 
-        return real_write(self, name, half)
+        return real_write(self, name, half, **kwargs)
 
 
     _store.LocalStore.write = hung_write

@@ -55,6 +55,13 @@ CHILD = textwrap.dedent(
                 if run == 1 and state.global_step == last - 1:
                     break
             if run == 1:
+                # The checkpoint of step 6 is written in the background (listening
+                # to saves does not make them wait): wait until it is on disk.
+                from monitored_checkpoint import latest_checkpoint
+                deadline = time.monotonic() + 60
+                while not (latest_checkpoint(directory) or "").endswith("-6"):
+                    assert time.monotonic() < deadline, "the checkpoint of step 6 never came"
+                    time.sleep(0.01)
                 # Every point of steps 1..10 is on disk; then the process dies.
                 from monitored_summaries import FileWriterCache
                 FileWriterCache.get(directory).flush()

@@ -83,6 +83,7 @@ __all__ = [
     "take_snapshot",
     "verify_arrays",
     "write_checkpoint",
+    "write_checkpoint_files",
 ]
 
 #: The value of ``"format"`` in every manifest and safetensors ``__metadata__``.
@@ -175,6 +176,13 @@ def dtype_from_name(dtype_name: str, where: str) -> np.dtype[Any]:
 
 
 # -- snapshots ----------------------------------------------------------------------------------
+#: Files smaller than this are checksummed on the reading or writing thread.
+_INLINE_CRC_BYTES: Final = 4 << 20
+#: The dtypes seen to be storable: a set lookup per array and snapshot, where
+#: ``dtype_tag`` builds the dtype's name.
+_STORABLE: Final[set[np.dtype[Any]]] = set()
+
+
 @final
 class SnapshotBuffers:
     """Host buffers reused from one snapshot to the next.
@@ -185,15 +193,55 @@ class SnapshotBuffers:
     only once the previous one has been written.
     """
 
-    __slots__ = ("_buffers",)
+    __slots__ = ("_buffers", "_preparing")
 
     def __init__(self) -> None:
         self._buffers: dict[str, np.ndarray[Any, Any]] = {}
+        self._preparing: threading.Thread | None = None
+
+    def prepare(self, state: TrainState) -> None:
+        """Allocate and touch, in a thread, the buffers a snapshot of ``state`` needs.
+
+        So that the first snapshot of a session that did not save at its start
+        (it resumed from a checkpoint of its step) copies into touched memory,
+        as every later one does. NumPy entries only (CuPy's are pinned, so
+        resident once allocated); buffers already there are left alone (a write
+        in flight may be reading them). :meth:`get` waits for the thread.
+        """
+        self._join()
+        wanted: dict[str, tuple[tuple[int, ...], np.dtype[Any]]] = {}
+        for name, array in state.items():
+            if is_device_array(array):
+                continue
+            dtype = np.dtype(array.dtype)
+            little = dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
+            shape = tuple(int(n) for n in array.shape)
+            have = self._buffers.get(name)
+            if have is None or have.shape != shape or have.dtype != little:
+                wanted[name] = (shape, little)
+        if not wanted:
+            return
+
+        def touch() -> None:
+            for name, (shape, dtype) in wanted.items():
+                buffer = np.empty(shape, dtype)
+                buffer.fill(0)  # NumPy releases the GIL: the loop goes on meanwhile
+                self._buffers[name] = buffer
+
+        self._preparing = threading.Thread(target=touch, name="checkpoint-buffers", daemon=True)
+        self._preparing.start()
+
+    def _join(self) -> None:
+        if self._preparing is not None:
+            self._preparing.join()
+            self._preparing = None
 
     def get(
         self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any], pinned: bool
     ) -> np.ndarray[Any, Any]:
         """A C-contiguous host array of ``shape`` and ``dtype`` for entry ``name``."""
+        if self._preparing is not None:
+            self._join()
         buffer = self._buffers.get(name)
         if buffer is None or buffer.shape != shape or buffer.dtype != dtype:
             buffer = _empty_pinned(shape, dtype) if pinned else np.empty(shape, dtype)
@@ -202,6 +250,7 @@ class SnapshotBuffers:
 
     def clear(self) -> None:
         """Free every buffer."""
+        self._join()
         self._buffers.clear()
 
     @property
@@ -264,9 +313,12 @@ def take_snapshot(
     """
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     modules: dict[str, str] = {}
+    storable = _STORABLE
     for name, array in state.items():
         dtype = np.dtype(array.dtype)
-        dtype_tag(dtype, name)
+        if dtype not in storable:
+            dtype_tag(dtype, name)  # raises for a dtype safetensors cannot store
+            storable.add(dtype)
         little = dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
         shape = tuple(int(n) for n in array.shape)
         if is_device_array(array):
@@ -414,13 +466,21 @@ def _chunks(views: Iterable[memoryview]) -> Iterable[memoryview]:
 
 @final
 class _Crc32Thread:
-    """Computes the CRC-32 of some buffers in a thread (the GIL is released meanwhile)."""
+    """Computes the CRC-32 of some buffers in a thread (the GIL is released meanwhile).
+
+    Below :data:`_INLINE_CRC_BYTES` on the caller's thread: starting a thread
+    costs more than checksumming a small file.
+    """
 
     __slots__ = ("_error", "_thread", "_value")
 
     def __init__(self, views: list[memoryview]) -> None:
         self._value = 0
         self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if sum(v.nbytes for v in views) < _INLINE_CRC_BYTES:
+            self._run(views)
+            return
         self._thread = threading.Thread(target=self._run, args=(views,), daemon=True)
         self._thread.start()
 
@@ -434,7 +494,8 @@ class _Crc32Thread:
             self._error = exc
 
     def result(self) -> int:
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         if self._error is not None:  # pragma: no cover
             raise self._error
         return self._value
@@ -449,7 +510,17 @@ def write_checkpoint(store: Store, name: str, snapshot: Snapshot) -> Manifest:
 
     Blocking; runs in the background writer's thread. The manifest goes last, so
     a checkpoint whose write was interrupted has no manifest and does not exist.
+    On a local filesystem the manifest's rename is durable once the directory is
+    next synced (:meth:`Saver.write` does it with the state file; here, at once).
     """
+    manifest = write_checkpoint_files(store, name, snapshot)
+    store.sync_directory()
+    return parse_manifest(manifest, store, name)
+
+
+def write_checkpoint_files(store: Store, name: str, snapshot: Snapshot) -> dict[str, Any]:
+    """:func:`write_checkpoint` without reading back the manifest, whose rename is
+    made durable by the caller's next durable write to ``store`` (the state file)."""
     data_name = name + DATA_SUFFIX
     prefix, order = _header(snapshot)
     views = [memoryview(prefix), *(_byte_view(snapshot.arrays[n]) for n in order)]
@@ -460,7 +531,9 @@ def write_checkpoint(store: Store, name: str, snapshot: Snapshot) -> Manifest:
 
     crc = _Crc32Thread(views)
     try:
-        store.write(data_name, write_data)
+        # Its rename is made durable with the manifest's directory sync, before
+        # the manifest's own rename: a manifest never survives without its data.
+        store.write(data_name, write_data, durable="later")
     finally:
         checksum = crc.result()
     size = sum(v.nbytes for v in views)
@@ -484,14 +557,16 @@ def write_checkpoint(store: Store, name: str, snapshot: Snapshot) -> Manifest:
         "versions": _library_versions(snapshot),
     }
     manifest[DIGEST_FIELD] = manifest_digest(manifest)
-    text = json.dumps(manifest, indent=1).encode() + b"\n"
+    # One line: the C encoder (an ``indent`` takes json's pure-Python one, a
+    # third of a small checkpoint's write). ``monitored checkpoint show`` prints it.
+    text = json.dumps(manifest).encode() + b"\n"
     if len(text) > MAX_MANIFEST_BYTES:
         raise CheckpointError(
             f"the manifest of {store.path(name)} would have {len(text)} bytes, more than the "
             f"{MAX_MANIFEST_BYTES} a reader accepts: the RNG or plugin states are too large"
         )
-    store.write(name + MANIFEST_SUFFIX, lambda f: write_all(f, text))
-    return parse_manifest(manifest, store, name)
+    store.write(name + MANIFEST_SUFFIX, lambda f: write_all(f, text), durable="before")
+    return manifest
 
 
 # -- reading --------------------------------------------------------------------------------------
@@ -538,7 +613,11 @@ def load_json(raw: bytes, where: str, what: str) -> Any:
             f"{where}: {what} is not valid JSON ({_show(str(exc))}); the file is truncated or "
             "damaged"
         ) from None
-    if document is _TOO_DEEP or _too_deep(document, MAX_JSON_DEPTH):
+    # A document cannot nest deeper than it has brackets: most never need the walk
+    # (an RNG state's long lists made it a quarter of a small restore).
+    if document is _TOO_DEEP or (
+        raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _too_deep(document, MAX_JSON_DEPTH)
+    ):
         raise CorruptCheckpointError(
             f"{where}: {what} nests deeper than {MAX_JSON_DEPTH} levels; refused"
         )
@@ -888,11 +967,12 @@ def _read_file(
         order = _check_header(header_bytes, specs, manifest, where, size - 8 - length)
         # Only now, with every size checked against the file, is memory allocated.
         targets = {n: _target(specs[n], into.get(n)) for n in order} if keep else {}
+        inline = size < _INLINE_CRC_BYTES
         if keep:
-            hasher = _Crc32Follower(prefix + header_bytes, digest)
+            hasher = _Crc32Follower(prefix + header_bytes, digest, inline=inline)
         else:
             scratch = _Scratch(size - 8 - length)
-            hasher = _Crc32Follower(prefix + header_bytes, digest, scratch.gate)
+            hasher = _Crc32Follower(prefix + header_bytes, digest, scratch.gate, inline=inline)
         try:
             if keep:
                 for name in order:
@@ -1034,7 +1114,12 @@ class _Crc32Follower:
     __slots__ = ("_also", "_gate", "_queue", "_thread", "_value")
 
     def __init__(
-        self, first: bytes, also: Any = None, gate: threading.Semaphore | None = None
+        self,
+        first: bytes,
+        also: Any = None,
+        gate: threading.Semaphore | None = None,
+        *,
+        inline: bool = False,
     ) -> None:
         self._value = crc32(first)
         #: Released after each chunk (see :class:`_Scratch`), or None.
@@ -1044,8 +1129,12 @@ class _Crc32Follower:
         if also is not None:
             also.update(first)
         self._queue: queue.SimpleQueue[memoryview | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        #: ``None`` when checksumming on the caller's thread (``inline``: a small
+        #: file, where starting a thread and handing it each chunk costs more).
+        self._thread: threading.Thread | None = None
+        if not inline:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
 
     def _run(self) -> None:
         value, also, gate = self._value, self._also, self._gate
@@ -1058,9 +1147,18 @@ class _Crc32Follower:
         self._value = value
 
     def add(self, chunk: memoryview) -> None:
-        self._queue.put(chunk)
+        if self._thread is not None:
+            self._queue.put(chunk)
+            return
+        self._value = crc32(chunk, self._value)
+        if self._also is not None:
+            self._also.update(chunk)
+        if self._gate is not None:
+            self._gate.release()
 
     def result(self) -> int:
+        if self._thread is None:
+            return self._value
         self._queue.put(None)
         self._thread.join()
         return self._value

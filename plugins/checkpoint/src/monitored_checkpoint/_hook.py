@@ -58,7 +58,19 @@ class CheckpointSaverListener:
     Subclass it (or pass any object with some of these methods; each may be
     ``async``) in ``CheckpointSaverHook(listeners=[...])``. ``after_save`` runs
     once the checkpoint is complete on disk; returning ``True`` requests a stop.
+
+    As in TF1, a listener that overrides ``after_save`` hears of each save before
+    the next step: the hook then waits for each write to finish
+    (:attr:`synchronous_after_save`). Set that attribute to ``False`` on a
+    listener that can hear of it later (at the first step boundary after the
+    write finished), so that saves stay asynchronous.
     """
+
+    #: Whether the saver hook waits for each write so that ``after_save`` runs
+    #: before the next step (TF1's timing, the default for listeners); with
+    #: ``False`` it runs at the first step boundary after the write finished,
+    #: and a stop it requests takes effect there.
+    synchronous_after_save: ClassVar[bool] = True
 
     def begin(self) -> Any:
         """Called once, when the session begins."""
@@ -75,6 +87,37 @@ class CheckpointSaverListener:
 
 async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
+
+
+#: Below this many bytes of state, a NumPy snapshot is copied on the loop's own
+#: thread: handing it to a worker thread and back costs more than the copy.
+_INLINE_SNAPSHOT_BYTES: Final = 16 << 20
+
+
+def _listens_synchronously(listener: object) -> bool:
+    """Whether a ``listeners=`` entry must hear of each save before the next step.
+
+    One that implements ``after_save`` (a :class:`CheckpointSaverListener`
+    subclass only if it overrides it) and does not set ``synchronous_after_save``
+    to ``False``: TF1's timing is the default for the listeners a user hands the hook.
+    """
+    method = getattr(type(listener), "after_save", None)
+    if method is None and not hasattr(listener, "after_save"):
+        return False
+    if method is not None and method is CheckpointSaverListener.after_save:
+        return False
+    return getattr(listener, "synchronous_after_save", True) is not False
+
+
+def _plugin_listens_synchronously(plugin: object) -> bool:
+    """Whether a hook or plugin asks for its ``after_save`` hookspec before the next step.
+
+    Only on request (``synchronous_after_save = True`` on the object, or at the
+    top of a plugin module): other ``after_save`` implementations hear of a save
+    at the first step boundary after its write finished, so that a summaries or
+    tracking plugin listening to saves does not make every save wait for the disk.
+    """
+    return getattr(plugin, "synchronous_after_save", False) is True
 
 
 @final
@@ -202,6 +245,7 @@ class CheckpointSaverHook:
         "_saved_step",
         "_signals",
         "_stop_sent",
+        "_sync_listeners",
         "_timer",
         "_writer",
         "asynchronous",
@@ -254,6 +298,9 @@ class CheckpointSaverHook:
         self._buffers = SnapshotBuffers()
         self._saved_step: int | None = None
         self._stop_sent = False
+        #: Whether a listener needs each write finished before the next step
+        #: (worked out at the first save of each session).
+        self._sync_listeners: bool | None = None
 
     @property
     def preempted_by(self) -> str | None:
@@ -279,6 +326,7 @@ class CheckpointSaverHook:
         self._writer = BackgroundWriter(session.coord, name=f"checkpoint-writer {self.save_path}")
         self._saved_step = None
         self._stop_sent = False
+        self._sync_listeners = None
         for listener in self._listeners:
             if hasattr(listener, "begin"):
                 await _maybe_await(listener.begin())
@@ -298,6 +346,11 @@ class CheckpointSaverHook:
             saving = session.call_after_hooks(lambda: self._save(session, step, None))
             if saving is not None:
                 await saving
+        elif not _uses_cupy():
+            # No save now, so the first one would allocate its snapshot buffers in
+            # the loop (a copy into fresh pages costs 2-4 times one into touched
+            # ones): a thread allocates and touches them meanwhile.
+            self._buffers.prepare(session.state)
         self._timer.update_last_triggered_step(step)
         signals = self._signals
         if signals is not None and not signals.installed and signals.install(coord.wake_waiters):
@@ -391,8 +444,9 @@ class CheckpointSaverHook:
         plugin_states = await session.plugin_states()
         trace = session.current_trace
         started = time.perf_counter()
-        if _uses_cupy():
-            snapshot = take_snapshot(session.state, plugin_states, buffers=self._buffers)
+        state = session.state
+        if _uses_cupy() or sum(a.nbytes for a in state.values()) < _INLINE_SNAPSHOT_BYTES:
+            snapshot = take_snapshot(state, plugin_states, buffers=self._buffers)
         else:
             snapshot = await anyio.to_thread.run_sync(
                 lambda: take_snapshot(session.state, plugin_states, buffers=self._buffers)
@@ -407,9 +461,11 @@ class CheckpointSaverHook:
                 step, f"{save_path}-{step}", lambda: _traced(span, saver, snapshot, save_path)
             )
         self._saved_step = step
-        if wait or not self.asynchronous or self._has_stop_listeners(session):
-            # A listener may stop training after this save (TF1's after_save): it
-            # must hear of the save before the next step, not a few steps later.
+        if wait or not self.asynchronous or self._waits_for_listeners(session):
+            # A listener may stop training after this save (TF1's after_save) and
+            # asked to hear of it before the next step, not a few steps later.
+            # Other listeners hear of it at the first step boundary after the
+            # write finished (``after_run`` delivers it).
             await writer.wait()
             await self._deliver(session, run_context)
 
@@ -435,10 +491,14 @@ class CheckpointSaverHook:
             else:
                 session.coord.request_stop()
 
-    def _has_stop_listeners(self, session: MonitoredSession) -> bool:
-        return any(hasattr(listener, "after_save") for listener in self._listeners) or (
-            session.implements("after_save")
-        )
+    def _waits_for_listeners(self, session: MonitoredSession) -> bool:
+        waits = self._sync_listeners
+        if waits is None:
+            waits = any(_listens_synchronously(x) for x in self._listeners) or any(
+                _plugin_listens_synchronously(info.plugin) for info in session.plugins
+            )
+            self._sync_listeners = waits
+        return waits
 
     async def _restore_signals_on_stop(self, coord: Coordinator) -> None:
         """Put the previous signal handlers back when the session stops, even on error.

@@ -15,6 +15,7 @@ checkpoints, is an error rather than a silent fresh start.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import heapq
 import json
@@ -62,7 +63,7 @@ from ._format import (
     step_of,
     take_snapshot,
     verify_arrays,
-    write_checkpoint,
+    write_checkpoint_files,
 )
 from ._store import TEMP_MARKER, Store, is_plain_name, open_store, write_all
 
@@ -778,12 +779,14 @@ def _foreign_message(store: Store, foreign: Sequence[str], names: Sequence[str])
 class _Directory:
     """What a :class:`Saver` knows of one directory: the kept checkpoints, oldest first."""
 
-    __slots__ = ("kept", "last_preserved", "store")
+    __slots__ = ("kept", "last_preserved", "store", "written")
 
     def __init__(self, store: Store, kept: list[tuple[str, float]], last_preserved: float) -> None:
         self.store = store
         self.kept = kept
         self.last_preserved = last_preserved
+        #: The checkpoints this saver wrote there: ours without reading them back.
+        self.written: set[str] = set()
 
 
 @final
@@ -944,8 +947,11 @@ class Saver:
         name = f"{basename}-{snapshot.step}"
         with self._lock:
             directory = self._directory(store)
-        write_checkpoint(store, name, snapshot)
+        # The state file's write syncs the directory: the manifest's rename is
+        # durable when this returns (see Store.write).
+        write_checkpoint_files(store, name, snapshot)
         with self._lock:
+            directory.written.add(name)
             kept = [(n, t) for n, t in directory.kept if n != name]
             kept.append((name, snapshot.created))
             kept, deleted = self._rotate(directory, kept)
@@ -956,7 +962,8 @@ class Saver:
             text = _format_state([n for n, _ in kept], stamps, directory.last_preserved)
             store.write(STATE_FILENAME, lambda f: write_all(f, text))
         for old in deleted:
-            _delete_checkpoint(store, old)
+            _delete_checkpoint(store, old, ours=old in directory.written)
+            directory.written.discard(old)
         return store.path(name)
 
     def _directory(self, store: Store) -> _Directory:
@@ -1079,12 +1086,13 @@ def _mtime(path: str) -> float | None:
     return float(modified.timestamp())
 
 
-def _delete_checkpoint(store: Store, name: str) -> None:
+def _delete_checkpoint(store: Store, name: str, *, ours: bool = False) -> None:
     """Delete checkpoint ``name`` of ``store``: only files shown to be ours.
 
     The kept list comes from a state file someone else may have written, so a
     file is deleted only if its content shows it is part of a checkpoint of
-    ours: a manifest with our format, a data file with our header. The manifest
+    ours: a manifest with our format, a data file with our header; or if this
+    saver wrote it itself (``ours``), which needs no reading back. The manifest
     goes first: a checkpoint whose deletion is interrupted then has no manifest
     and is not mistaken for a damaged one.
     """
@@ -1092,6 +1100,11 @@ def _delete_checkpoint(store: Store, name: str) -> None:
         log.warning("not deleting %r: it is not the name of a checkpoint", name)
         return
     manifest, data = name + MANIFEST_SUFFIX, name + DATA_SUFFIX
+    if ours:
+        for file in (manifest, data):
+            with contextlib.suppress(FileNotFoundError):
+                store.remove(file)
+        return
     names = set(store.list())
     for file in (manifest, data):
         if file not in names:

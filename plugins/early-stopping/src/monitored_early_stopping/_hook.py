@@ -156,8 +156,10 @@ class EarlyStoppingHook:
         n = self.every_n_steps
         step = session.state.global_step
         self._next_check = (step // n + 1) * n if n else -1
-        # Nothing to do on the steps in between: the session does not call this hook.
-        session.skip_step_hooks(self, self._next_check if n else None)
+        # Nothing to do on the steps in between: the session does not call this hook
+        # (checked every step, there are none: skipping costs the session a reschedule).
+        if not n or self._next_check > step + 1:
+            session.skip_step_hooks(self, self._next_check if n else None)
         if self.best_checkpoint_dir is not None:
             _checkpoint_provider(session)  # a missing provider fails now, not at the best step
 
@@ -175,7 +177,8 @@ class EarlyStoppingHook:
         step = session.state.global_step
         n = self.every_n_steps
         self._next_check = (step // n + 1) * n
-        session.skip_step_hooks(self, self._next_check)
+        if n > 1:
+            session.skip_step_hooks(self, self._next_check)
         raw = (run_values.results or {}).get(self.monitor)
         if raw is None:
             raise MonitoredValueError(

@@ -193,6 +193,9 @@ class MlflowHook:
         self._run_key = uuid.uuid4().hex
         self._best: float | None = None
         self._last_checkpoint: tuple[int, str] | None = None
+        #: The step of the best evaluation when its checkpoint was not announced
+        #: yet: ``after_save`` comes once the write has finished, often later.
+        self._best_unsaved: int | None = None
         #: The tags logged at step ``_logged_step`` (a tag is logged once per step).
         self._logged_step = -1
         self._logged: set[str] = set()
@@ -299,11 +302,19 @@ class MlflowHook:
         )
         if improved:
             self._best = value
-            if self.log_checkpoints == "best" and self._last_checkpoint is not None:
-                saved_step, path = self._last_checkpoint
-                if saved_step == step:
-                    sender.add_artifact(path, "checkpoints")
-                    sender.add_tags({"monitored.best_checkpoint": os.path.basename(path)})
+            if self.log_checkpoints == "best":
+                saved = self._last_checkpoint
+                if saved is not None and saved[0] == step:
+                    self._log_best(saved[1])
+                else:
+                    self._best_unsaved = step
+
+    def _log_best(self, path: str) -> None:
+        sender = self._sender
+        assert sender is not None
+        self._best_unsaved = None
+        sender.add_artifact(path, "checkpoints")
+        sender.add_tags({"monitored.best_checkpoint": os.path.basename(path)})
 
     def after_save(self, session: MonitoredSession, step: int, path: str) -> None:
         if self._sender is None or self.log_checkpoints is None:
@@ -311,6 +322,9 @@ class MlflowHook:
         self._last_checkpoint = (step, os.fspath(path))
         if self.log_checkpoints == "all":
             self._sender.add_artifact(os.fspath(path), "checkpoints")
+        elif self._best_unsaved == step:
+            # The checkpoint of the best evaluation so far, announced after it.
+            self._log_best(os.fspath(path))
 
     def end(self, session: MonitoredSession) -> None:
         # The last step's outputs, unless it was due (they are logged then).
