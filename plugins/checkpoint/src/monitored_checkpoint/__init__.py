@@ -39,7 +39,7 @@ from ._management import (
     remove_checkpoint,
     update_checkpoint_state,
 )
-from ._printable import EscapeRecords
+from ._printable import EscapeRecords as _EscapeRecords
 from ._reader import list_variables, load_variable, read_checkpoint, resolve_checkpoint
 from ._saver import (
     CheckpointsIterator,
@@ -55,7 +55,7 @@ from ._saver import (
 )
 
 # The plugin's log lines name files and arrays read from disk: none prints a terminal sequence.
-logging.getLogger("monitored.checkpoint").addFilter(EscapeRecords())
+logging.getLogger("monitored.checkpoint").addFilter(_EscapeRecords())
 #: TF1's name of :func:`checkpoint_state`.
 get_checkpoint_state = checkpoint_state
 
