@@ -249,7 +249,11 @@ def main() -> None:
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    anyio.run(train, args.steps, args.seed, args.checkpoint_dir or None, 100, args.mlflow)
+    try:
+        anyio.run(train, args.steps, args.seed, args.checkpoint_dir or None, 100, args.mlflow)
+    except (monitored.RunOwnedError, monitored.UnconnectedTasksError) as exc:
+        # Not a bug to debug but a run to start elsewhere: the message says what to do.
+        raise SystemExit(f"demo: {exc}") from None
 
 
 if __name__ == "__main__":

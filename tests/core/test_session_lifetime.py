@@ -272,9 +272,12 @@ def test_a_session_opens_once(backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_session_left_open_ends_with_its_event_loop_and_says_so_after(backend: str) -> None:
+def test_a_session_left_open_ends_with_its_event_loop_and_says_so_after(
+    backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """The loop's end (asyncio.run's, trio.run's) ends the session's background work;
-    a later loop that uses the session gets EventLoopEndedError, from run and close.
+    a later loop that uses the session gets EventLoopEndedError from run; closing it,
+    as that error says to, releases it with a warning, not the same error again.
 
     Why a notebook on IPython's ``%autoawait trio`` cannot keep a session across
     cells: each cell runs in a ``trio.run`` of its own.
@@ -291,14 +294,14 @@ def test_a_session_left_open_ends_with_its_event_loop_and_says_so_after(backend:
         assert sess.should_stop()
         with pytest.raises(EventLoopEndedError, match="event loop this session was opened in"):
             await sess.run(step)
-        with pytest.raises(EventLoopEndedError):
-            await sess.close()
+        await sess.close()  # warns through logging, raises nothing
 
     anyio.run(open_it, backend=backend)
     assert ticker.ended_by == "cancel"
     assert sess.coord.running_tasks == 0
     anyio.run(use_it, backend=backend)
     assert ticker.ends == 0, "not a normal end"
+    assert "event loop ended while it was open: its end hooks did not run" in caplog.text
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -419,3 +419,24 @@ def test_a_broken_eval_input_or_eval_mode_fails_when_the_experiment_is_made(tmp_
         )
     with pytest.raises(EstimatorError, match="a monitored.estimator.Estimator"):
         monitored.estimator.Experiment(object(), list, list)  # type: ignore[arg-type]
+
+
+async def test_a_train_op_function_may_call_current_state_itself(tmp_path: Path) -> None:
+    """The update given as a function runs with the state current, as model_fn does."""
+    x, y = _data()
+
+    def model_fn(features: Any, labels: Any, mode: str, params: dict[str, Any]) -> EstimatorSpec:
+        spec = logistic_model_fn(features, labels, mode, params)
+        if mode != ModeKeys.TRAIN:
+            return spec
+        w = get_variable("w", (4,))
+        grad = np.zeros_like(w) + 0.1
+
+        def train_op() -> None:
+            OPTIMIZER.apply_gradients(monitored.estimator.current_state(), {"w": grad})
+
+        return EstimatorSpec(mode, loss=spec.loss, train_op=train_op)
+
+    est = Estimator(model_fn, model_dir=tmp_path, params={"optimizer": OPTIMIZER})
+    await est.train(numpy_input_fn(x, y, batch_size=32, shuffle=False), max_steps=3)
+    np.testing.assert_allclose(est.get_variable_value("w"), -3 * 0.5 * 0.1)

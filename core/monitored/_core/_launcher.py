@@ -106,3 +106,7 @@ def check_launch(
         f"independent tasks on purpose, set {ALLOW_ENV}=1 and give each its own directory",
         variables=found,
     )
+
+
+# Tracebacks name the public path, as for the ownership errors (see _ownership.py).
+UnconnectedTasksError.__module__ = "monitored"

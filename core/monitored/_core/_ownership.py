@@ -605,3 +605,10 @@ def check_run_owner(path: str | os.PathLike[str]) -> None:
     owner = _held.get(text) or _held.get(text.rstrip("/").rpartition("/")[0])
     if owner is not None:
         owner.check()
+
+
+# Tracebacks name the public path (monitored.RunOwnedError), not this private module,
+# even where nothing looked the name up through ``monitored`` first (it is lazy there).
+for _public in (RunOwnedError, RunOwnershipLostError, RunOwnershipWarning, RunTakenOverWarning):
+    _public.__module__ = "monitored"
+del _public

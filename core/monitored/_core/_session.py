@@ -40,7 +40,7 @@ from ._capabilities import StepAside
 from ._cluster import Cluster, LocalCluster
 from ._config import TrainingConfig
 from ._coordinator import END_OF_INPUT, Coordinator
-from ._errors import OutOfRangeError
+from ._errors import EventLoopEndedError, OutOfRangeError
 from ._fetch import Fetcher
 from ._host import TaskHost
 from ._launcher import check_launch
@@ -390,10 +390,22 @@ class MonitoredSession(Recovery, StopAgreement, PluginRegistration, PluginServic
 
     async def close(self) -> None:
         """Close the session if still open: a normal end (``end`` is called) unless a
-        background task failed, whose exception is then raised."""
+        background task failed, whose exception is then raised.
+
+        A session whose event loop ended while it was open (``EventLoopEndedError``)
+        is closed without its ``end`` hooks (its background work is gone), which
+        releases what it holds, such as its run directories; that is said in a
+        warning, not raised again, as closing it is what that error asks for.
+        """
         if self._open:
             failure = self._coord.exception
             await self._close(failure=failure)
+            if isinstance(failure, EventLoopEndedError):
+                log.warning(
+                    "Closed a session whose event loop ended while it was open: its end "
+                    "hooks did not run (no final checkpoint); it released what it held"
+                )
+                return
             if failure is not None:
                 raise failure
             if self._after_close is not None:
@@ -553,7 +565,12 @@ class MonitoredSession(Recovery, StopAgreement, PluginRegistration, PluginServic
     def _check_can_run(self) -> None:
         if not self._open:
             state = "closed" if self._entered else "not entered"
-            raise RuntimeError(f"the session is {state}; use `async with session:` around runs")
+            how = (
+                "a closed session does not open again: open a new one"
+                if self._entered
+                else "run inside `async with session:`, or after `await session.open()`"
+            )
+            raise RuntimeError(f"the session is {state}; {how}")
         if self._busy:
             raise RuntimeError(
                 "run called from inside a hook or a step; hooks read values with "

@@ -447,7 +447,8 @@ class Estimator:
         features, labels = split_batch(first)
         spec = self._call(features, labels, mode, scratch)
         if mode == ModeKeys.TRAIN and callable(spec.train_op):
-            spec.train_op()  # an update given as a function counts in the build as well
+            with using_state(scratch):  # an update given as a function runs in the build too
+                spec.train_op()
         return _Built(spec, scratch, record)
 
     def _experiment(
@@ -489,7 +490,8 @@ class Estimator:
         features, labels = split_batch(batch)
         spec = self._call(features, labels, ModeKeys.TRAIN, state)
         if callable(spec.train_op):
-            spec.train_op()
+            with using_state(state):  # current_state() and get_variable work in it too
+                spec.train_op()
         return {"loss": spec.loss}
 
     def _eval_metrics(self) -> dict[str, Metric]:
