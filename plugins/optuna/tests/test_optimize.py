@@ -332,10 +332,19 @@ SWEEP = textwrap.dedent(
     import optuna
 
     import monitored
-    from monitored_optuna import OptunaPruningHook, optimize, resume_trial
+    from monitored_optuna import OptunaPruningHook, optimize, original_trial_number, resume_trial
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage, root, mode = sys.argv[1:4]
+    if os.environ.get("SWEEP_HEARTBEAT"):
+        # Optuna's retry of dead trials: a heartbeat every second, dead after 2 s without.
+        storage = optuna.storages.RDBStorage(
+            storage,
+            heartbeat_interval=1,
+            grace_period=2,
+            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(),
+        )
+    n_trials = int(os.environ.get("SWEEP_TRIALS", "6"))
     study = optuna.load_study(study_name="sweep", storage=storage)
     reached = set()
 
@@ -352,8 +361,8 @@ SWEEP = textwrap.dedent(
         state = monitored.TrainState({"w": np.zeros(4, np.float32)})
         async with monitored.MonitoredTrainingSession(
             state,
-            checkpoint_dir=os.path.join(root, f"trial-{trial.number}"),
-            save_checkpoint_steps=10**6,
+            checkpoint_dir=os.path.join(root, f"trial-{original_trial_number(trial)}"),
+            save_checkpoint_steps=int(os.environ.get("SWEEP_SAVE_STEPS", 10**6)),
             log_step_count_steps=None,
             hooks=[*hooks, monitored.StopAtStepHook(last_step=int(sys.argv[4]))],
         ) as session:
@@ -365,7 +374,7 @@ SWEEP = textwrap.dedent(
                     if len(reached) == 2:
                         print("ready", flush=True)
         print("trial", trial.number, "stopped at", state.global_step, session.restored_from,
-              flush=True)
+              "retries", original_trial_number(trial), flush=True)
         return float(state.global_step)
 
 
@@ -379,7 +388,7 @@ SWEEP = textwrap.dedent(
         if sys.argv[5:]:
             anyio.run(resume)
         else:
-            anyio.run(lambda: optimize(study, objective, n_trials=6, concurrency=2))
+            anyio.run(lambda: optimize(study, objective, n_trials=n_trials, concurrency=2))
     except KeyboardInterrupt:
         print("KeyboardInterrupt", flush=True)
         raise
@@ -388,9 +397,10 @@ SWEEP = textwrap.dedent(
 )
 
 
-def run_sweep(tmp_path: Path, mode: str, *args: str) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MONITORED_")}
+def run_sweep(tmp_path: Path, mode: str, *args: str, **settings: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MONITORED_", "SWEEP_"))}
     env["MONITORED_DISABLE_PLUGINS"] = "progress,summaries"
+    env.update({f"SWEEP_{key.upper()}": value for key, value in settings.items()})
     script = tmp_path / "sweep.py"
     script.write_text(SWEEP)
     storage = f"sqlite:///{tmp_path / 'study.db'}"
@@ -403,10 +413,10 @@ def run_sweep(tmp_path: Path, mode: str, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def interrupt(tmp_path: Path, mode: str, signum: int) -> tuple[int, str, str]:
+def interrupt(tmp_path: Path, mode: str, signum: int, **settings: str) -> tuple[int, str, str]:
     """Run the sweep in a process, send ``signum`` once two trials trained 20 steps."""
     optuna.create_study(study_name="sweep", storage=f"sqlite:///{tmp_path / 'study.db'}")
-    child = run_sweep(tmp_path, mode, "100000")
+    child = run_sweep(tmp_path, mode, "100000", **settings)
     assert child.stdout is not None
     if child.stdout.readline().strip() != "ready":
         child.kill()
@@ -433,14 +443,94 @@ def test_ctrl_c_fails_the_running_trials_starts_no_other_and_raises(
     assert returncode == -signal.SIGINT, err
     assert out.splitlines()[-1] == "KeyboardInterrupt", out + err
     assert "optimize returned" not in out
-    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{tmp_path / 'study.db'}")
-    assert states(study) == [TrialState.FAIL] * 2, "no COMPLETE, no trial started after"
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.load_study(study_name="sweep", storage=storage)
+    # No COMPLETE, no trial started after; each interrupted trial queued again.
+    assert states(study) == [TrialState.FAIL] * 2 + [TrialState.WAITING] * 2
     stopped = {int(line.split()[1]): int(line.split()[4]) for line in out.splitlines()[:-1]}
     assert sorted(stopped) == [0, 1]
     for number, step in stopped.items():
         assert 20 <= step < 100000
         assert saved_steps(tmp_path / "runs" / f"trial-{number}")[-1] == step, "each saved"
-    assert "trial(s) [0, 1] told FAIL" in err, err
+    assert "trial(s) [0, 1] told FAIL with their checkpoints saved, and queued again" in err
+    params = {t.number: t.params for t in study.trials if t.number < 2}
+    # The log is true: the next optimize on the study takes the two trials up again,
+    # with their parameters, from their checkpoints (not from step 0).
+    again = run_sweep(tmp_path, mode, "200", trials="2")
+    try:
+        out, err = again.communicate(timeout=120)
+    finally:
+        again.kill()
+        again.wait()
+    assert again.returncode == 0, err
+    assert "already reported" not in err
+    for number in (0, 1):
+        directory = tmp_path / "runs" / f"trial-{number}"
+        resumed = f"stopped at 200 {directory / f'model.ckpt-{stopped[number]}'} retries {number}"
+        assert resumed in out, out + err
+    study = optuna.load_study(study_name="sweep", storage=storage)
+    assert states(study) == [TrialState.FAIL] * 2 + [TrialState.COMPLETE] * 2
+    retried = {t.system_attrs["failed_trial"]: t for t in study.trials if t.number >= 2}
+    assert {n: t.params for n, t in retried.items()} == params
+    assert all(t.value == 200.0 for t in retried.values())
+
+
+def test_a_sigkilled_trial_is_retried_by_the_next_optimize_from_its_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """Heartbeats (Optuna's RDBStorage): a dead process's trials are noticed and retried."""
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    optuna.create_study(study_name="sweep", storage=storage)
+    child = run_sweep(tmp_path, "hook", "100000", heartbeat="1", save_steps="10")
+    assert child.stdout is not None
+    try:
+        if child.stdout.readline().strip() != "ready":
+            pytest.fail(f"the sweep did not start: {child.communicate()}")
+        child.kill()  # SIGKILL: nothing runs after it, no trial is told anything
+    finally:
+        child.kill()
+        child.communicate()
+    study = optuna.load_study(study_name="sweep", storage=storage)
+    assert states(study) == [TrialState.RUNNING] * 2, "dead, but nothing says so yet"
+    params = {t.number: t.params for t in study.trials}
+    newest = {n: saved_steps(tmp_path / "runs" / f"trial-{n}")[-1] for n in (0, 1)}
+    assert all(step >= 10 for step in newest.values())
+    # Past the grace period (2 s) without a heartbeat, the next optimize fails both and
+    # retries them, each from its newest checkpoint with its parameters.
+    anyio.run(anyio.sleep, 3.5)
+    again = run_sweep(tmp_path, "hook", "200", heartbeat="1", save_steps="10", trials="2")
+    try:
+        out, err = again.communicate(timeout=120)
+    finally:
+        again.kill()
+        again.wait()
+    assert again.returncode == 0, err
+    assert "already reported" not in err
+    for number in (0, 1):
+        directory = tmp_path / "runs" / f"trial-{number}"
+        resumed = f"stopped at 200 {directory / f'model.ckpt-{newest[number]}'} retries {number}"
+        assert resumed in out, out + err
+    study = optuna.load_study(study_name="sweep", storage=storage)
+    assert states(study) == [TrialState.FAIL] * 2 + [TrialState.COMPLETE] * 2
+    retried = {t.system_attrs["failed_trial"]: t for t in study.trials if t.number >= 2}
+    assert {n: t.params for n, t in retried.items()} == params
+    assert all(t.value == 200.0 for t in retried.values())
+    assert not (tmp_path / "runs" / "trial-2").exists(), "no retry trains from step 0"
+
+
+def test_a_study_on_a_read_only_database_fails_with_the_databases_reason(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "study.db"
+    optuna.create_study(study_name="ro", storage=f"sqlite:///{path}")
+    study = optuna.load_study(study_name="ro", storage=f"sqlite:///file:{path}?mode=ro&uri=true")
+
+    async def objective(trial: optuna.trial.Trial) -> float:
+        return 1.0
+
+    with pytest.raises(optuna.exceptions.StorageInternalError) as raised:
+        anyio.run(lambda: optimize(study, objective, n_trials=1))
+    assert "readonly database" in str(raised.value.__cause__)
 
 
 def test_sigterm_leaves_the_trials_running_and_they_resume_from_their_checkpoints(
@@ -537,7 +627,8 @@ async def test_a_signal_stop_followed_by_a_caught_failure_still_ends_the_search(
     if signal_name == "SIGINT":
         with pytest.raises(KeyboardInterrupt):
             await optimize(study, objective, n_trials=8, concurrency=2, catch=ValueError)
-        assert states(study) == [TrialState.COMPLETE, TrialState.FAIL]
+        # The interrupted trial is queued again, for the next optimize to resume.
+        assert states(study) == [TrialState.COMPLETE, TrialState.FAIL, TrialState.WAITING]
     else:
         await optimize(study, objective, n_trials=8, concurrency=2, catch=ValueError)
         assert states(study) == [TrialState.COMPLETE, TrialState.RUNNING]
