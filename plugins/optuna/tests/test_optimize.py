@@ -633,3 +633,27 @@ async def test_a_signal_stop_followed_by_a_caught_failure_still_ends_the_search(
         await optimize(study, objective, n_trials=8, concurrency=2, catch=ValueError)
         assert states(study) == [TrialState.COMPLETE, TrialState.RUNNING]
         assert study.trials[1].user_attrs == {"preempted_by": "SIGTERM"}
+
+
+async def test_a_live_trial_longer_than_the_grace_period_keeps_its_heartbeat(
+    tmp_path: Path,
+) -> None:
+    """optimize records heartbeats (Optuna does so only in its own optimize): a trial
+    running for twice the grace period is not taken for dead by the asks beside it."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        storage = optuna.storages.RDBStorage(
+            f"sqlite:///{tmp_path / 'study.db'}", heartbeat_interval=1, grace_period=4
+        )
+    study = optuna.create_study(storage=storage)
+
+    async def objective(trial: optuna.trial.Trial) -> float:
+        # Trial 0 runs 9 s; trial 2 is asked (stale trials failed first) at about 5 s.
+        await anyio.sleep(9 if trial.number == 0 else 5)
+        return float(trial.number)
+
+    await optimize(study, objective, n_trials=3, concurrency=2)
+    assert states(study) == [TrialState.COMPLETE] * 3
+    assert [t.value for t in sorted(study.trials, key=lambda t: t.number)] == [0.0, 1.0, 2.0]
