@@ -20,6 +20,7 @@ import pytest
 from optuna.trial import TrialState
 
 import monitored
+import monitored_optuna
 from monitored_optuna import (
     OptunaConfigError,
     OptunaPruningHook,
@@ -486,6 +487,12 @@ def test_a_sigkilled_trial_is_retried_by_the_next_optimize_from_its_checkpoint(
     try:
         if child.stdout.readline().strip() != "ready":
             pytest.fail(f"the sweep did not start: {child.communicate()}")
+        # Both trials have a checkpoint (each 10 steps) before the kill.
+        directories = [tmp_path / "runs" / f"trial-{n}" for n in (0, 1)]
+        for _ in range(1200):
+            if all(saved_steps(d) for d in directories):
+                break
+            anyio.run(anyio.sleep, 0.05)
         child.kill()  # SIGKILL: nothing runs after it, no trial is told anything
     finally:
         child.kill()
@@ -506,10 +513,19 @@ def test_a_sigkilled_trial_is_retried_by_the_next_optimize_from_its_checkpoint(
         again.wait()
     assert again.returncode == 0, err
     assert "already reported" not in err
-    for number in (0, 1):
+    resumed = {}
+    for line in out.splitlines()[:-1]:  # trial N stopped at 200 PATH retries M
+        words = line.split()
+        assert words[4] == "200", out + err
+        resumed[int(words[7])] = words[5]
+    assert sorted(resumed) == [0, 1], out + err
+    for number, path in resumed.items():
+        # From a checkpoint of its own directory: the newest (or, when the kill came
+        # in the middle of a save, the one before it), never from step 0.
         directory = tmp_path / "runs" / f"trial-{number}"
-        resumed = f"stopped at 200 {directory / f'model.ckpt-{newest[number]}'} retries {number}"
-        assert resumed in out, out + err
+        assert path.startswith(f"{directory / 'model.ckpt-'}"), out
+        step = int(path.rpartition("-")[2])
+        assert 10 <= step <= newest[number], (step, newest, out)
     study = optuna.load_study(study_name="sweep", storage=storage)
     assert states(study) == [TrialState.FAIL] * 2 + [TrialState.COMPLETE] * 2
     retried = {t.system_attrs["failed_trial"]: t for t in study.trials if t.number >= 2}
@@ -657,3 +673,43 @@ async def test_a_live_trial_longer_than_the_grace_period_keeps_its_heartbeat(
     await optimize(study, objective, n_trials=3, concurrency=2)
     assert states(study) == [TrialState.COMPLETE] * 3
     assert [t.value for t in sorted(study.trials, key=lambda t: t.number)] == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("max_retry", [None, 0])
+async def test_an_interrupted_trial_goes_through_the_storages_retry_callback(
+    tmp_path: Path, max_retry: int | None
+) -> None:
+    """Ctrl-C: the storage's own retry policy (Optuna's callback, its max_retry) decides."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        storage = optuna.storages.RDBStorage(
+            f"sqlite:///{tmp_path / 'study.db'}",
+            heartbeat_interval=60,
+            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                max_retry=max_retry
+            ),
+        )
+    study = optuna.create_study(storage=storage)
+
+    async def objective(trial: optuna.trial.Trial) -> float:
+        trial.suggest_float("x", 0, 1)
+        hooks = [OptunaPruningHook(trial, "loss", every_n_steps=1), SignalStop("SIGINT", 5)]
+        async with monitored.MonitoredSession(
+            monitored.TrainState({"w": np.zeros(2)}), hooks=hooks
+        ) as session:
+            while not session.should_stop():
+                await session.run(counting)
+        return 1.0
+
+    with pytest.raises(KeyboardInterrupt):
+        await optimize(study, objective, n_trials=3)
+    if max_retry == 0:
+        assert states(study) == [TrialState.FAIL], "no retry: the callback's max_retry"
+        return
+    assert states(study) == [TrialState.FAIL, TrialState.WAITING]
+    first, retry = sorted(study.trials, key=lambda t: t.number)
+    assert retry.params == first.params
+    assert retry.system_attrs["failed_trial"] == 0
+    assert monitored_optuna.original_trial_number(retry) == 0
