@@ -514,8 +514,10 @@ def test_a_sigkilled_trial_is_retried_by_the_next_optimize_from_its_checkpoint(
     assert again.returncode == 0, err
     assert "already reported" not in err
     resumed = {}
-    for line in out.splitlines()[:-1]:  # trial N stopped at 200 PATH retries M
+    for line in out.splitlines():  # trial N stopped at 200 PATH retries M
         words = line.split()
+        if words[0] != "trial":  # "ready", "optimize returned"
+            continue
         assert words[4] == "200", out + err
         resumed[int(words[7])] = words[5]
     assert sorted(resumed) == [0, 1], out + err
