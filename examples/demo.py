@@ -221,7 +221,10 @@ async def train(
     )
     if tracking is not None:
         uri = tracking.tracking_uri
-        print(f"logged to MLflow run {tracking.run_id} (mlflow ui --backend-store-uri {uri})")
+        if tracking.run_id is None:  # never print a run that does not exist
+            print(f"nothing was logged to MLflow: no run could be created on {uri} (see above)")
+        else:
+            print(f"logged to MLflow run {tracking.run_id} (mlflow ui --backend-store-uri {uri})")
     metrics = result.metrics
     print(
         f"held-out accuracy after {result.global_step} steps: {metrics['accuracy']:.3f} "

@@ -10,10 +10,17 @@ ones at the same step, the session stops cleanly (its checkpoint written when
 ``monitored_optuna.optimize`` runs ``--concurrency`` trials at once in one event
 loop through Optuna's ask/tell interface.
 
-With ``--storage sqlite:///runs/sweep.db`` the study lives in a SQLite file:
-run the script in several terminals (or on several machines sharing a database
-server's URL) and they work on the one study; ``optuna-dashboard
-sqlite:///runs/sweep.db`` shows it.
+With ``--storage sqlite:///runs/sweep.db`` the study lives in a SQLite file
+(its directory is made if missing): run the script in several terminals (or on
+several machines sharing a database server's URL) and they work on the one
+study; ``optuna-dashboard sqlite:///runs/sweep.db`` shows it. Such a study
+records each running trial's heartbeat (``--heartbeat`` seconds): a trial
+whose process died (killed, out of memory, a lost machine) is failed once it
+has missed them for twice that, and retried with its parameters by the next
+run of the script, from its last checkpoint with ``--checkpoint-dir``; a trial
+interrupted by Ctrl-C is retried the same way. Each trial keeps its
+checkpoints under the number of the trial it retries
+(``monitored_optuna.original_trial_number``).
 
 Run it with ``python examples/sweep.py`` (``--trials``, ``--steps``,
 ``--concurrency``, ``--storage``, ``--checkpoint-dir``).
@@ -33,7 +40,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 import monitored
-from monitored_optuna import OptunaPruningHook, optimize
+from monitored_optuna import OptunaPruningHook, optimize, original_trial_number
 
 log = logging.getLogger("sweep")
 
@@ -114,11 +121,14 @@ async def objective(
 
     held_out = [(x_test[i : i + 128], y_test[i : i + 128]) for i in range(0, len(y_test), 128)]
     # One directory per study, then per trial: a checkpoint of another study's trial of
-    # the same number is refused, never trained on under this trial's parameters.
+    # the same number is refused, never trained on under this trial's parameters. A retry
+    # of a dead or interrupted trial uses that trial's directory: it goes on from there.
     model_dir = (
         None
         if checkpoint_dir is None
-        else os.path.join(checkpoint_dir, trial.study.study_name, f"trial-{trial.number}")
+        else os.path.join(
+            checkpoint_dir, trial.study.study_name, f"trial-{original_trial_number(trial)}"
+        )
     )
     result = await monitored.train_and_evaluate(
         monitored.TrainSpec(
@@ -163,8 +173,36 @@ async def sweep(
     return study
 
 
+def open_storage(url: str, heartbeat: int = 60) -> optuna.storages.RDBStorage:
+    """The database at ``url``, recording trials' heartbeats every ``heartbeat`` seconds.
+
+    A trial with no heartbeat for ``2 * heartbeat`` seconds is taken for dead,
+    failed, and retried with its parameters by Optuna's retry callback. The
+    directory of a ``sqlite:///`` file is made if it is missing.
+    """
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:///file:"):
+        path = url[len("sqlite:///") :].partition("?")[0]
+        if path and path != ":memory:":
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    # The callback's name since Optuna 4.9; RetryFailedTrialCallback before it.
+    retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)
+    if retry is not None:
+        return optuna.storages.RDBStorage(
+            url,
+            heartbeat_interval=heartbeat,
+            grace_period=2 * heartbeat,
+            heartbeat_stale_trial_callback=retry(),
+        )
+    return optuna.storages.RDBStorage(
+        url,
+        heartbeat_interval=heartbeat,
+        grace_period=2 * heartbeat,
+        failed_trial_callback=optuna.storages.RetryFailedTrialCallback(),
+    )
+
+
 def new_study(
-    storage: str | None = None,
+    storage: str | optuna.storages.BaseStorage | None = None,
     name: str | None = None,
     seed: int = 0,
     n_startup_trials: int = 2,
@@ -198,10 +236,14 @@ def main() -> None:
     parser.add_argument(
         "--checkpoint-dir", default=None, help="<study name>/trial-<number> in it per trial"
     )
+    parser.add_argument(
+        "--heartbeat", type=int, default=60, help="seconds between a trial's heartbeats"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     log.setLevel(logging.INFO)
-    study = new_study(args.storage, args.study_name if args.storage else None)
+    storage = None if args.storage is None else open_storage(args.storage, args.heartbeat)
+    study = new_study(storage, args.study_name if args.storage else None)
     anyio.run(
         sweep,
         study,
@@ -212,11 +254,12 @@ def main() -> None:
         args.checkpoint_dir,
     )
     states = [t.state.name for t in study.trials]
-    print(
-        f"{len(states)} trials: {states.count('COMPLETE')} complete, "
-        f"{states.count('PRUNED')} pruned; best held-out accuracy {study.best_value:.3f} "
-        f"with {study.best_params}"
-    )
+    complete, pruned = states.count("COMPLETE"), states.count("PRUNED")
+    counts = f"{len(states)} trials: {complete} complete, {pruned} pruned"
+    if "COMPLETE" not in states:  # stopped (SIGTERM) before any trial finished
+        print(f"{counts}; no trial has completed yet, so there is no best one")
+        return
+    print(f"{counts}; best held-out accuracy {study.best_value:.3f} with {study.best_params}")
 
 
 if __name__ == "__main__":

@@ -271,3 +271,39 @@ def test_sweep_prunes_a_poor_trial_and_finds_the_better_one(
     assert max(pruned.intermediate_values) < 60, "pruned before its last step"
     directory = tmp_path / study.study_name / "trial-2"
     assert (directory / "checkpoint").exists(), "the pruned trial's checkpoint"
+
+
+def test_sweep_stopped_before_any_trial_completed_says_so_and_makes_its_storage_dir(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM while the first trials train: no ``best_value`` error; ``runs/`` is made."""
+    import optuna
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MONITORED_")}
+    env["MONITORED_DISABLE_PLUGINS"] = "progress,summaries"
+    db = tmp_path / "runs" / "sweep.db"  # runs/ does not exist yet
+    command = [sys.executable, str(EXAMPLES / "sweep.py"), "--storage", f"sqlite:///{db}"]
+    command += ["--trials", "2", "--steps", "1000000", "--concurrency", "2"]
+    command += ["--checkpoint-dir", str(tmp_path / "ckpt")]
+    child = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        deadline = time.monotonic() + 120
+        # Both trials train once their sessions made their directories (the study is
+        # not opened here meanwhile: Optuna would create its tables beside the child).
+        trials = [tmp_path / "ckpt" / "sweep" / f"trial-{n}" for n in (0, 1)]
+        while time.monotonic() < deadline and child.poll() is None:
+            if all(t.exists() for t in trials):
+                break
+            time.sleep(0.2)
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+        child.communicate()
+    assert child.returncode == 0, err
+    assert "2 trials: 0 complete, 0 pruned; no trial has completed yet" in out, out + err
+    assert "Record does not exist" not in err
+    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{db}")
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.RUNNING] * 2

@@ -8,6 +8,7 @@ from pathlib import Path
 from types import ModuleType
 
 import anyio
+import pytest
 from mlflow import MlflowClient
 
 DEMO = Path(__file__).parents[3] / "examples" / "demo.py"
@@ -46,3 +47,17 @@ def test_the_demo_logs_its_run_and_evaluations_into_its_directory(tmp_path: Path
         101,
         200,
     ]
+
+
+def test_the_demo_never_names_a_run_that_was_not_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A store that cannot be opened: its directory is a file.
+    (tmp_path / "not-a-dir").write_text("")
+    uri = f"sqlite:///{tmp_path / 'not-a-dir' / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    demo = load_demo()
+    anyio.run(demo.train, 20, 0, str(tmp_path / "demo"), 10, True)
+    out = capsys.readouterr().out
+    assert "logged to MLflow run None" not in out
+    assert f"nothing was logged to MLflow: no run could be created on {uri}" in out

@@ -312,6 +312,8 @@ async def test_the_session_calls_the_hook_only_on_its_due_steps(tracking_uri: st
         ({"retries": -1}, "retries must be an int >= 0"),
         ({"backoff_secs": float("nan")}, "backoff_secs must be a number >= 0"),
         ({"max_pending": 0}, "max_pending must be a positive int"),
+        ({"start_timeout_secs": -1}, "start_timeout_secs must be a number >= 0"),
+        ({"start_timeout_secs": float("nan")}, "start_timeout_secs must be a number >= 0"),
         ({"params": {"": 1}}, "params: keys must be non-empty strings"),
     ],
 )

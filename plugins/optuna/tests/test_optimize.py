@@ -20,6 +20,7 @@ import pytest
 from optuna.trial import TrialState
 
 import monitored
+import monitored_optuna
 from monitored_optuna import (
     OptunaConfigError,
     OptunaPruningHook,
@@ -332,10 +333,19 @@ SWEEP = textwrap.dedent(
     import optuna
 
     import monitored
-    from monitored_optuna import OptunaPruningHook, optimize, resume_trial
+    from monitored_optuna import OptunaPruningHook, optimize, original_trial_number, resume_trial
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage, root, mode = sys.argv[1:4]
+    if os.environ.get("SWEEP_HEARTBEAT"):
+        # Optuna's retry of dead trials: a heartbeat every second, dead after 2 s without.
+        storage = optuna.storages.RDBStorage(
+            storage,
+            heartbeat_interval=1,
+            grace_period=2,
+            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(),
+        )
+    n_trials = int(os.environ.get("SWEEP_TRIALS", "6"))
     study = optuna.load_study(study_name="sweep", storage=storage)
     reached = set()
 
@@ -352,8 +362,8 @@ SWEEP = textwrap.dedent(
         state = monitored.TrainState({"w": np.zeros(4, np.float32)})
         async with monitored.MonitoredTrainingSession(
             state,
-            checkpoint_dir=os.path.join(root, f"trial-{trial.number}"),
-            save_checkpoint_steps=10**6,
+            checkpoint_dir=os.path.join(root, f"trial-{original_trial_number(trial)}"),
+            save_checkpoint_steps=int(os.environ.get("SWEEP_SAVE_STEPS", 10**6)),
             log_step_count_steps=None,
             hooks=[*hooks, monitored.StopAtStepHook(last_step=int(sys.argv[4]))],
         ) as session:
@@ -365,7 +375,7 @@ SWEEP = textwrap.dedent(
                     if len(reached) == 2:
                         print("ready", flush=True)
         print("trial", trial.number, "stopped at", state.global_step, session.restored_from,
-              flush=True)
+              "retries", original_trial_number(trial), flush=True)
         return float(state.global_step)
 
 
@@ -379,7 +389,7 @@ SWEEP = textwrap.dedent(
         if sys.argv[5:]:
             anyio.run(resume)
         else:
-            anyio.run(lambda: optimize(study, objective, n_trials=6, concurrency=2))
+            anyio.run(lambda: optimize(study, objective, n_trials=n_trials, concurrency=2))
     except KeyboardInterrupt:
         print("KeyboardInterrupt", flush=True)
         raise
@@ -388,9 +398,10 @@ SWEEP = textwrap.dedent(
 )
 
 
-def run_sweep(tmp_path: Path, mode: str, *args: str) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MONITORED_")}
+def run_sweep(tmp_path: Path, mode: str, *args: str, **settings: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MONITORED_", "SWEEP_"))}
     env["MONITORED_DISABLE_PLUGINS"] = "progress,summaries"
+    env.update({f"SWEEP_{key.upper()}": value for key, value in settings.items()})
     script = tmp_path / "sweep.py"
     script.write_text(SWEEP)
     storage = f"sqlite:///{tmp_path / 'study.db'}"
@@ -403,10 +414,10 @@ def run_sweep(tmp_path: Path, mode: str, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def interrupt(tmp_path: Path, mode: str, signum: int) -> tuple[int, str, str]:
+def interrupt(tmp_path: Path, mode: str, signum: int, **settings: str) -> tuple[int, str, str]:
     """Run the sweep in a process, send ``signum`` once two trials trained 20 steps."""
     optuna.create_study(study_name="sweep", storage=f"sqlite:///{tmp_path / 'study.db'}")
-    child = run_sweep(tmp_path, mode, "100000")
+    child = run_sweep(tmp_path, mode, "100000", **settings)
     assert child.stdout is not None
     if child.stdout.readline().strip() != "ready":
         child.kill()
@@ -433,14 +444,111 @@ def test_ctrl_c_fails_the_running_trials_starts_no_other_and_raises(
     assert returncode == -signal.SIGINT, err
     assert out.splitlines()[-1] == "KeyboardInterrupt", out + err
     assert "optimize returned" not in out
-    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{tmp_path / 'study.db'}")
-    assert states(study) == [TrialState.FAIL] * 2, "no COMPLETE, no trial started after"
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.load_study(study_name="sweep", storage=storage)
+    # No COMPLETE, no trial started after; each interrupted trial queued again.
+    assert states(study) == [TrialState.FAIL] * 2 + [TrialState.WAITING] * 2
     stopped = {int(line.split()[1]): int(line.split()[4]) for line in out.splitlines()[:-1]}
     assert sorted(stopped) == [0, 1]
     for number, step in stopped.items():
         assert 20 <= step < 100000
         assert saved_steps(tmp_path / "runs" / f"trial-{number}")[-1] == step, "each saved"
-    assert "trial(s) [0, 1] told FAIL" in err, err
+    assert "trial(s) [0, 1] told FAIL with their checkpoints saved, and queued again" in err
+    params = {t.number: t.params for t in study.trials if t.number < 2}
+    # The log is true: the next optimize on the study takes the two trials up again,
+    # with their parameters, from their checkpoints (not from step 0).
+    again = run_sweep(tmp_path, mode, "200", trials="2")
+    try:
+        out, err = again.communicate(timeout=120)
+    finally:
+        again.kill()
+        again.wait()
+    assert again.returncode == 0, err
+    assert "already reported" not in err
+    for number in (0, 1):
+        directory = tmp_path / "runs" / f"trial-{number}"
+        resumed = f"stopped at 200 {directory / f'model.ckpt-{stopped[number]}'} retries {number}"
+        assert resumed in out, out + err
+    study = optuna.load_study(study_name="sweep", storage=storage)
+    assert states(study) == [TrialState.FAIL] * 2 + [TrialState.COMPLETE] * 2
+    retried = {t.system_attrs["failed_trial"]: t for t in study.trials if t.number >= 2}
+    assert {n: t.params for n, t in retried.items()} == params
+    assert all(t.value == 200.0 for t in retried.values())
+
+
+def test_a_sigkilled_trial_is_retried_by_the_next_optimize_from_its_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """Heartbeats (Optuna's RDBStorage): a dead process's trials are noticed and retried."""
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    optuna.create_study(study_name="sweep", storage=storage)
+    child = run_sweep(tmp_path, "hook", "100000", heartbeat="1", save_steps="10")
+    assert child.stdout is not None
+    try:
+        if child.stdout.readline().strip() != "ready":
+            pytest.fail(f"the sweep did not start: {child.communicate()}")
+        # Both trials have a checkpoint (each 10 steps) before the kill.
+        directories = [tmp_path / "runs" / f"trial-{n}" for n in (0, 1)]
+        for _ in range(1200):
+            if all(saved_steps(d) for d in directories):
+                break
+            anyio.run(anyio.sleep, 0.05)
+        child.kill()  # SIGKILL: nothing runs after it, no trial is told anything
+    finally:
+        child.kill()
+        child.communicate()
+    study = optuna.load_study(study_name="sweep", storage=storage)
+    assert states(study) == [TrialState.RUNNING] * 2, "dead, but nothing says so yet"
+    params = {t.number: t.params for t in study.trials}
+    newest = {n: saved_steps(tmp_path / "runs" / f"trial-{n}")[-1] for n in (0, 1)}
+    assert all(step >= 10 for step in newest.values())
+    # Past the grace period (2 s) without a heartbeat, the next optimize fails both and
+    # retries them, each from its newest checkpoint with its parameters.
+    anyio.run(anyio.sleep, 3.5)
+    again = run_sweep(tmp_path, "hook", "200", heartbeat="1", save_steps="10", trials="2")
+    try:
+        out, err = again.communicate(timeout=120)
+    finally:
+        again.kill()
+        again.wait()
+    assert again.returncode == 0, err
+    assert "already reported" not in err
+    resumed = {}
+    for line in out.splitlines():  # trial N stopped at 200 PATH retries M
+        words = line.split()
+        if words[0] != "trial":  # "ready", "optimize returned"
+            continue
+        assert words[4] == "200", out + err
+        resumed[int(words[7])] = words[5]
+    assert sorted(resumed) == [0, 1], out + err
+    for number, path in resumed.items():
+        # From a checkpoint of its own directory: the newest (or, when the kill came
+        # in the middle of a save, the one before it), never from step 0.
+        directory = tmp_path / "runs" / f"trial-{number}"
+        assert path.startswith(f"{directory / 'model.ckpt-'}"), out
+        step = int(path.rpartition("-")[2])
+        assert 10 <= step <= newest[number], (step, newest, out)
+    study = optuna.load_study(study_name="sweep", storage=storage)
+    assert states(study) == [TrialState.FAIL] * 2 + [TrialState.COMPLETE] * 2
+    retried = {t.system_attrs["failed_trial"]: t for t in study.trials if t.number >= 2}
+    assert {n: t.params for n, t in retried.items()} == params
+    assert all(t.value == 200.0 for t in retried.values())
+    assert not (tmp_path / "runs" / "trial-2").exists(), "no retry trains from step 0"
+
+
+def test_a_study_on_a_read_only_database_fails_with_the_databases_reason(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "study.db"
+    optuna.create_study(study_name="ro", storage=f"sqlite:///{path}")
+    study = optuna.load_study(study_name="ro", storage=f"sqlite:///file:{path}?mode=ro&uri=true")
+
+    async def objective(trial: optuna.trial.Trial) -> float:
+        return 1.0
+
+    with pytest.raises(optuna.exceptions.StorageInternalError) as raised:
+        anyio.run(lambda: optimize(study, objective, n_trials=1))
+    assert "readonly database" in str(raised.value.__cause__)
 
 
 def test_sigterm_leaves_the_trials_running_and_they_resume_from_their_checkpoints(
@@ -537,8 +645,73 @@ async def test_a_signal_stop_followed_by_a_caught_failure_still_ends_the_search(
     if signal_name == "SIGINT":
         with pytest.raises(KeyboardInterrupt):
             await optimize(study, objective, n_trials=8, concurrency=2, catch=ValueError)
-        assert states(study) == [TrialState.COMPLETE, TrialState.FAIL]
+        # The interrupted trial is queued again, for the next optimize to resume.
+        assert states(study) == [TrialState.COMPLETE, TrialState.FAIL, TrialState.WAITING]
     else:
         await optimize(study, objective, n_trials=8, concurrency=2, catch=ValueError)
         assert states(study) == [TrialState.COMPLETE, TrialState.RUNNING]
         assert study.trials[1].user_attrs == {"preempted_by": "SIGTERM"}
+
+
+async def test_a_live_trial_longer_than_the_grace_period_keeps_its_heartbeat(
+    tmp_path: Path,
+) -> None:
+    """optimize records heartbeats (Optuna does so only in its own optimize): a trial
+    running for twice the grace period is not taken for dead by the asks beside it."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        storage = optuna.storages.RDBStorage(
+            f"sqlite:///{tmp_path / 'study.db'}", heartbeat_interval=1, grace_period=4
+        )
+    study = optuna.create_study(storage=storage)
+
+    async def objective(trial: optuna.trial.Trial) -> float:
+        # Trial 0 runs 9 s; trial 2 is asked (stale trials failed first) at about 5 s.
+        await anyio.sleep(9 if trial.number == 0 else 5)
+        return float(trial.number)
+
+    await optimize(study, objective, n_trials=3, concurrency=2)
+    assert states(study) == [TrialState.COMPLETE] * 3
+    assert [t.value for t in sorted(study.trials, key=lambda t: t.number)] == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("max_retry", [None, 0])
+async def test_an_interrupted_trial_goes_through_the_storages_retry_callback(
+    tmp_path: Path, max_retry: int | None
+) -> None:
+    """Ctrl-C: the storage's own retry policy (Optuna's callback, its max_retry) decides."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        storage = optuna.storages.RDBStorage(
+            f"sqlite:///{tmp_path / 'study.db'}",
+            heartbeat_interval=60,
+            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                max_retry=max_retry
+            ),
+        )
+    study = optuna.create_study(storage=storage)
+
+    async def objective(trial: optuna.trial.Trial) -> float:
+        trial.suggest_float("x", 0, 1)
+        hooks = [OptunaPruningHook(trial, "loss", every_n_steps=1), SignalStop("SIGINT", 5)]
+        async with monitored.MonitoredSession(
+            monitored.TrainState({"w": np.zeros(2)}), hooks=hooks
+        ) as session:
+            while not session.should_stop():
+                await session.run(counting)
+        return 1.0
+
+    with pytest.raises(KeyboardInterrupt):
+        await optimize(study, objective, n_trials=3)
+    if max_retry == 0:
+        assert states(study) == [TrialState.FAIL], "no retry: the callback's max_retry"
+        return
+    assert states(study) == [TrialState.FAIL, TrialState.WAITING]
+    first, retry = sorted(study.trials, key=lambda t: t.number)
+    assert retry.params == first.params
+    assert retry.system_attrs["failed_trial"] == 0
+    assert monitored_optuna.original_trial_number(retry) == 0

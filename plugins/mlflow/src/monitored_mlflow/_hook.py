@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import logging
 import math
 import os
 import posixpath
@@ -51,6 +52,7 @@ __all__ = ["DEFAULT_EXPERIMENT", "LOG_CHECKPOINTS", "MlflowHook", "run_status"]
 DEFAULT_EXPERIMENT: Final = "monitored"
 #: The values of ``log_checkpoints``.
 LOG_CHECKPOINTS: Final = (None, "best", "all")
+log = logging.getLogger("monitored.mlflow")
 
 _NUMERIC_KINDS: Final = frozenset("fiu")
 #: Plugin options whose contents are logged as parameters or tags of their own.
@@ -107,10 +109,20 @@ class MlflowHook:
             server's choice; for a ``sqlite:///`` store, ``mlartifacts`` beside the database).
         retries: tries after the first for each request before its items are dropped.
         backoff_secs: the wait before the first retry, doubled after each.
-        max_pending: metric points kept while the server does not answer (the
-            oldest are dropped past it).
+        max_pending: metric points waiting for the store (while it does not
+            answer, or is slower than the training): past it, each metric's
+            pending points are thinned to every other one, its newest kept, and
+            the drop is warned about with its count. Also the steps' records
+            the training process keeps while the sender process does not read
+            (the newest are dropped past it, counted).
         flush_secs: what gathered is shipped to the sender process every this
             many seconds (at least 0.05), so that one ``log_batch`` carries many steps.
+        start_timeout_secs: how long the session's start waits for the run to
+            be created (MLflow's import, a new SQLite store's tables: seconds),
+            so that the run exists from the first step. It stops waiting at once
+            when a first try failed (a server that does not answer: the sender
+            goes on trying in the background); past the timeout, a warning,
+            and training starts.
     """
 
     #: Passed in ``hooks=[...]`` it owns the session's MLflow run: the installed
@@ -137,6 +149,7 @@ class MlflowHook:
         backoff_secs: float = 0.5,
         max_pending: int = 100_000,
         flush_secs: float = 1.0,
+        start_timeout_secs: float = 60.0,
     ) -> None:
         if (
             not isinstance(log_every_n_steps, int)
@@ -165,6 +178,14 @@ class MlflowHook:
             raise MlflowConfigError(
                 f"MlflowHook: flush_secs must be a number >= 0, got {flush_secs!r}"
             )
+        if (
+            isinstance(start_timeout_secs, bool)
+            or not isinstance(start_timeout_secs, int | float)
+            or not start_timeout_secs >= 0
+        ):
+            raise MlflowConfigError(
+                f"MlflowHook: start_timeout_secs must be a number >= 0, got {start_timeout_secs!r}"
+            )
         if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
             raise MlflowConfigError(
                 f"MlflowHook: max_pending must be a positive int, got {max_pending!r}"
@@ -187,6 +208,7 @@ class MlflowHook:
         self.backoff_secs = backoff_secs
         self.max_pending = max_pending
         self.flush_secs = flush_secs
+        self.start_timeout_secs = float(start_timeout_secs)
         self._sender: Sender | None = None
         self._next_due = 0
         self._run_id: str | None = None
@@ -239,7 +261,7 @@ class MlflowHook:
             return None
         return {"run_id": self.run_id, "run_key": self._run_key, "best": self._best}
 
-    def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
+    async def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
         if not self._active:
             session.skip_step_hooks(self, None)
             return
@@ -267,6 +289,21 @@ class MlflowHook:
         )
         sender.add_params({**session_params(session), **self.params})
         sender.start()
+        # The run exists before the first step: a run that training outpaces, or that
+        # is stopped early, is still there, with its parameters.
+        # In a thread left behind on a cancellation: a Ctrl-C meanwhile is not held up.
+        await anyio.to_thread.run_sync(
+            sender.wait_opened, self.start_timeout_secs, abandon_on_cancel=True
+        )
+        if not sender.opened:
+            log.warning(
+                "monitored-mlflow: the MLflow run on %s is not created after %gs "
+                "(start_timeout_secs); training starts, and its points wait for the run in "
+                "the background (at most max_pending=%d, thinned past it)",
+                self.tracking_uri or "(MLflow's default store)",
+                self.start_timeout_secs,
+                self.max_pending,
+            )
 
     def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
         # Sync on purpose: a step that is not due costs an attribute chain and a compare.

@@ -61,6 +61,10 @@ def declare_options() -> list[monitored.Option]:
         monitored.Option("params", {}, "hyper-parameters to log", type=dict),
         monitored.Option("tags", {}, "tags to add to the run", type=dict),
         monitored.Option("retries", 3, "retries of a failed request before dropping it"),
+        monitored.Option("max_pending", 100_000, "points waiting for the store; thinned past it"),
+        monitored.Option(
+            "start_timeout_secs", 60.0, "how long the session's start waits for the run"
+        ),
     ]
 
 
@@ -96,6 +100,8 @@ def training_hooks(config: TrainingConfig) -> list[object] | None:
             params=options.get("params") or {},
             tags=options.get("tags") or {},
             retries=options.get("retries", 3),
+            max_pending=options.get("max_pending", 100_000),
+            start_timeout_secs=options.get("start_timeout_secs", 60.0),
         )
     ]
 

@@ -50,6 +50,10 @@ WRITER_SCRIPT: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), 
 MIN_FLUSH_SECS: Final = 0.05
 #: Steps' records in one frame: frames stay far below the reader's size limit.
 FRAME_RECORDS: Final = 10_000
+#: The fewest steps' records the training process keeps between two shipments
+#: (``max_pending`` if larger): the queue fills only when the sender process
+#: stops reading, not because ``max_pending`` is small.
+MIN_QUEUED_RECORDS: Final = 10_000
 #: How long past the grace period the training process waits for the sender
 #: process's last word before it stops it (the process keeps the grace period itself).
 CLOSE_MARGIN_SECS: Final = 2.0
@@ -67,7 +71,7 @@ class Sender:
         self.config = config
         self._records: deque[Record] = deque()
         self._items: deque[tuple[Any, ...]] = deque()
-        self._max_pending = config.max_pending
+        self._max_pending = max(config.max_pending, MIN_QUEUED_RECORDS)
         self._closing: tuple[str, float] | None = None
         self._wake = threading.Event()
         #: Set once the sender process is gone (or never started): nothing more to wait for.
@@ -87,6 +91,9 @@ class Sender:
         self._overflowed = 0
         #: The MLflow run, once the sender process created or found it.
         self.run_id: str | None = config.run_id
+        #: Set once the run exists, or a first try to create it failed, or the sender
+        #: process is gone: what :meth:`wait_for_run` waits for.
+        self._opened = threading.Event()
         #: Metric points sent.
         self.sent = 0
         #: The status the run was ended with, once it was.
@@ -99,6 +106,11 @@ class Sender:
         return None if self._process is None else self._process.pid
 
     @property
+    def done(self) -> bool:
+        """Whether the sender process is gone (or never started)."""
+        return self._done.is_set()
+
+    @property
     def dropped(self) -> int:
         """Metric points, parameters, tags and artifacts dropped (sent to nobody)."""
         return self._their_dropped + self._our_dropped + self._overflowed
@@ -106,6 +118,18 @@ class Sender:
     # -- the step loop's side ---------------------------------------------------------------
     def start(self) -> None:
         self._thread.start()
+
+    @property
+    def opened(self) -> bool:
+        """Whether the run exists, or a first try to create it failed, or the process is gone.
+
+        What the session's start waits for (bounded by ``start_timeout_secs``).
+        """
+        return self._opened.is_set()
+
+    def wait_opened(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds for :attr:`opened`; whether it is."""
+        return self._opened.wait(max(0.0, timeout))
 
     def add_metrics(self, step: int, values: dict[str, float]) -> None:
         """Queue ``values`` (kept, not copied) at ``step``: an append, on any step."""
@@ -159,6 +183,18 @@ class Sender:
                 "or exited): %d items dropped in all",
                 self.run_id or "(uncreated)",
                 self.dropped,
+            )
+        elif self._finished and self._overflowed + self._our_dropped:
+            # The sender process counted only what reached it: say the whole of it.
+            log.warning(
+                "monitored-mlflow: run %s ended %s; %d items dropped in all, %d of them in the "
+                "training process (the sender process did not read them in time: at most "
+                "%d steps wait there)",
+                self.run_id,
+                self.ended_as,
+                self.dropped,
+                self._overflowed + self._our_dropped,
+                self._max_pending,
             )
         return self.ended_as == status
 
@@ -225,6 +261,7 @@ class Sender:
                 " ".join(command),
                 exc,
             )
+            self._opened.set()
             self._done.set()
             return None
         self._process = process
@@ -281,6 +318,9 @@ class Sender:
                     log.log(message[1], "%s", message[2])
                 elif kind == "run":
                     self.run_id = message[1]
+                    self._opened.set()
+                elif kind == "norun":
+                    self._opened.set()
                 elif kind == "counts":
                     self.sent, self._their_dropped, settled = message[1:]
                     with self._lock:
@@ -301,6 +341,7 @@ class Sender:
             code = process.wait()
             assert process.stdin is not None
             process.stdin.close()
+        self._opened.set()
         if not self._finished and not self._abandoned:
             log.warning(
                 "monitored-mlflow: the sender process (pid %d) %s before the run was closed%s: "

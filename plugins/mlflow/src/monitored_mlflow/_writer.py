@@ -18,8 +18,9 @@ session's grace period, then drops the rest. Warnings and counts go back to the
 training process over a second pipe, where they are logged by the
 ``monitored.mlflow`` logger as before.
 
-It runs at a lower priority (:data:`NICENESS`): where the cores are busy,
-training comes first, and the sending waits. It never outlives its training
+Once the run exists, its sending runs at a lower priority (:data:`NICENESS`):
+where the cores are busy, training comes first, and the sending waits (the
+run's creation, which the session's start waits for, does not). It never outlives its training
 process: SIGINT and SIGTERM (a Ctrl-C reaches the whole process group; a batch
 system signals every process of a job) are ignored, since the training process
 closes the run when it stops; and when the pipe's writing end closes, or the
@@ -74,6 +75,10 @@ MAX_PARAMS_PER_BATCH: Final = 100
 MAX_TAGS_PER_BATCH: Final = 100
 #: MLflow refuses longer parameter values.
 MAX_PARAM_VALUE_LENGTH: Final = 6000
+#: At the close, the seconds of the grace period (at most, and at most a fifth of
+#: it) kept for ending the run: sending what is pending stops then, so that the run
+#: is ended, not left ``RUNNING``, however much was pending.
+END_RESERVE_SECS: Final = 5.0
 
 #: A tag holding a key the plugin makes up before the run exists, so that a
 #: checkpoint written before the run was created still finds it on resume.
@@ -170,14 +175,22 @@ class RunWriter:
     """Sends metrics, parameters, tags and artifacts to one MLflow run from a thread.
 
     ``report`` gets what the training process is told: ``("run", run_id)`` once
-    the run exists, and ``("counts", sent, dropped, settled)`` after each request.
+    the run exists (``("norun",)`` once a first try to create it failed), and
+    ``("counts", sent, dropped, settled)`` after each request.
     """
 
     def __init__(self, config: SenderConfig, report: Callable[[tuple[Any, ...]], None]) -> None:
         self.config = config
         self._report = report
         self._cond = threading.Condition()
-        self._points: list[Point] = []
+        #: Points waiting for the store, each with its number among its metric's points.
+        self._points: list[tuple[int, Point]] = []
+        #: Each metric's newest point when it is off the grid of the stride: sent at the
+        #: close, so that the last step is always logged.
+        self._tail: dict[str, Point] = {}
+        #: How many points of each metric came; one in ``_stride`` is sent.
+        self._seq: dict[str, int] = {}
+        self._stride = 1
         self._params: dict[str, str] = {}
         self._tags: dict[str, str] = {}
         self._artifacts: list[tuple[str, str]] = []
@@ -206,6 +219,12 @@ class RunWriter:
         self.run_id: str | None = config.run_id
         #: Steps at or below this were logged before a resume: not logged again.
         self.skip_through = -1
+        #: The count of dropped points the last thinning warning gave.
+        self._thinning_said = 0
+        #: The last step sent as :data:`STEP_TAG` (it only grows).
+        self._tagged_step = -1
+        #: When sending what is pending stops, closing, so that the run is ended in time.
+        self._end_by = float("inf")
         self.ended_as: str | None = None
         self._thread = threading.Thread(target=self._main, name="monitored-mlflow", daemon=True)
 
@@ -233,17 +252,65 @@ class RunWriter:
                 raise ProtocolError(f"an item of unknown kind {item[0]!r}")
 
     def add_points(self, points: list[Point]) -> None:
+        """Queue ``points``, on the grid of the current stride (see :meth:`_thin`)."""
         with self._cond:
             self.received += len(points)
             if self._stopped:
                 self._drop_now(len(points))
                 return
-            self._points.extend(points)
-            overflow = len(self._points) - self.config.max_pending
-            if overflow > 0:  # the oldest go
-                del self._points[:overflow]
-                self._drop_now(overflow)
+            seq, stride, tail, pending = self._seq, self._stride, self._tail, self._points
+            for point in points:
+                key = point[0]
+                n = seq.get(key, 0)
+                seq[key] = n + 1
+                if n % stride == 0:
+                    pending.append((n, point))
+                    if tail.pop(key, None) is not None:
+                        self._drop_now(1)
+                else:
+                    # Off the grid: kept only as the metric's newest, sent at the close.
+                    if key in tail:
+                        self._drop_now(1)
+                    tail[key] = point
+            if len(pending) > self.config.max_pending:
+                self._thin()
             self._cond.notify()
+
+    def _thin(self) -> None:
+        """Double the stride until the pending points fit ``max_pending`` (lock held).
+
+        The store takes fewer points than the training makes. Rather than a
+        gap (the oldest or the newest dropped), each metric keeps every
+        ``stride``-th of its points (counted from its first), and the stride
+        doubles on each overflow: the run holds the whole curve, evenly, at a
+        coarser step; each metric's newest point is kept too, and sent at the
+        close. The stride halves again whenever the store has caught up.
+        Warned about the first time, and again each time the count of points
+        dropped has doubled since.
+        """
+        limit = self.config.max_pending
+        before = len(self._points)
+        while len(self._points) > limit:
+            self._stride *= 2
+            stride = self._stride
+            self._points = [entry for entry in self._points if entry[0] % stride == 0]
+            if self._stride > 1 << 40:  # one point per metric and still too many
+                self._points = self._points[len(self._points) - limit :]
+        self._drop_now(before - len(self._points))
+        if self.dropped < 2 * self._thinning_said:
+            return
+        self._thinning_said = self.dropped
+        log.warning(
+            "monitored-mlflow: the store %s takes fewer points than the training makes: "
+            "%d points pending, over max_pending=%d, so each metric now keeps one point in "
+            "%d (and its newest): the run gets the whole curve, at a coarser step; %d points "
+            "dropped so far (said again when that has doubled)",
+            self._where(),
+            before,
+            limit,
+            self._stride,
+            self.dropped,
+        )
 
     def add_params(self, params: Mapping[str, str]) -> None:
         self._update(self._params, params)
@@ -280,6 +347,7 @@ class RunWriter:
         with self._cond:
             left = max(0, self.received - self.settled)
             self._points, self._params, self._tags, self._artifacts = [], {}, {}, []
+            self._tail = {}
             self._drop_now(left)
             return left
 
@@ -293,6 +361,7 @@ class RunWriter:
         with self._cond:
             self._status = status
             self._deadline = time.monotonic() + max(0.0, timeout)
+            self._end_by = self._deadline - min(END_RESERVE_SECS, max(0.0, timeout) / 5)
             self._cond.notify()
         self._wake.set()
         if self._done.wait(max(0.0, timeout)):
@@ -325,18 +394,37 @@ class RunWriter:
             if client is None:
                 return
             self._report(("run", self.run_id))
+            # Only once the run exists (the session's start waits for it): then the
+            # sending gives way to training where the cores are busy. On Linux this
+            # thread only; the one reading the pipe keeps up at the normal priority.
+            if hasattr(os, "nice"):
+                os.nice(NICENESS)  # lowering one's own priority is always allowed
             while True:
                 with self._cond:
                     while not self._has_work() and self._status is None:
                         self._cond.wait()
+                    status = self._status
+                    if status is not None and time.monotonic() >= self._end_by:
+                        self._out_of_time()
                     params, self._params = self._params, {}
                     tags, self._tags = self._tags, {}
-                    points, self._points = self._points, []
+                    # One request's worth at a time: points coming meanwhile are
+                    # thinned if they pile up, and the close is never far off.
+                    if status is not None and not self._points and self._tail:
+                        # Closing: each metric's newest point goes last.
+                        self._points = [(0, point) for point in self._tail.values()]
+                        self._tail = {}
+                    points = [point for _, point in self._points[:MAX_METRICS_PER_BATCH]]
+                    del self._points[:MAX_METRICS_PER_BATCH]
+                    if not self._points and self._stride > 1:
+                        self._stride //= 2  # the store caught up: a finer step again
+                    # The steps all of whose points are in once this batch is: those
+                    # before the first pending step (points come in step order).
+                    complete_through = self._points[0][1][3] - 1 if self._points else None
                     artifacts, self._artifacts = self._artifacts, []
-                    status = self._status
                 count = len(params) + len(tags) + len(points)
                 if count:
-                    self._send_batch(client, params, tags, points)
+                    self._send_batch(client, params, tags, points, complete_through)
                 for local_path, artifact_path in artifacts:
                     self._send_artifact(client, local_path, artifact_path)
                 with self._cond:
@@ -350,6 +438,8 @@ class RunWriter:
         except Exception as exc:  # never into the training: the run is left as it is
             with self._cond:
                 self._stopped = True
+            if self.run_id is None:
+                self._report(("norun",))
             log.warning(
                 "monitored-mlflow: the sender stopped: %s; nothing more is logged for this run "
                 "(what comes is dropped and counted)",
@@ -359,7 +449,29 @@ class RunWriter:
             self._done.set()
 
     def _has_work(self) -> bool:
-        return bool(self._points or self._params or self._tags or self._artifacts)
+        return bool(
+            self._points
+            or self._params
+            or self._tags
+            or self._artifacts
+            or (self._status is not None and self._tail)
+        )
+
+    def _out_of_time(self) -> None:
+        """Closing, and the grace period is all but gone: drop what is pending (lock held)."""
+        left = len(self._points) + len(self._tail)
+        if not left:
+            return
+        self._points, self._tail = [], {}
+        self._drop_now(left)
+        log.warning(
+            "monitored-mlflow: the store %s did not take what was pending within the "
+            "session's grace period: %d points dropped, %d in all; the run is ended with what "
+            "it has",
+            self._where(),
+            left,
+            self.dropped,
+        )
 
     def _connect(self) -> MlflowClient | None:
         """Import MLflow, then find or create the experiment and the run (with retries)."""
@@ -372,10 +484,14 @@ class RunWriter:
 
         client = MlflowClient(self.config.tracking_uri)
         pause = self.config.backoff_secs
+        told = False
         while True:
             run_id = self._retrying("create the MLflow run", 0, lambda: self._open_run(client))
             if run_id is not None or self._wake.is_set():
                 break
+            if not told:  # the training waits for the run no longer
+                told = True
+                self._report(("norun",))
             # The server is down from the start: items wait (up to max_pending) for it.
             self._wake.wait(pause)
             pause = min(pause * 2, 30.0)
@@ -444,7 +560,9 @@ class RunWriter:
         params: Mapping[str, str],
         tags: Mapping[str, str],
         points: list[Point],
+        complete_through: int | None = None,
     ) -> None:
+        """Send in batches within MLflow's limits; ``complete_through``: the steps all in."""
         from mlflow.entities import Metric, Param, RunTag
 
         run_id = self.run_id
@@ -455,7 +573,11 @@ class RunWriter:
         tag_list = [RunTag(key, value) for key, value in tags.items()]
         if points:
             last = max(p[3] for p in points)
-            tag_list.append(RunTag(STEP_TAG, str(last)))
+            if complete_through is not None:
+                last = min(last, complete_through)
+            if last > max(self.skip_through, self._tagged_step):
+                self._tagged_step = last
+                tag_list.append(RunTag(STEP_TAG, str(last)))
         while metrics or param_list or tag_list:
             chunk_metrics, metrics = (
                 metrics[:MAX_METRICS_PER_BATCH],
@@ -627,7 +749,7 @@ def main() -> None:
 
     The first frame is ``("start", config, records, items)``; then ``("items",
     records, items)`` frames, and ``("close", status, seconds)``. Back go
-    ``("run", ...)``, ``("counts", ...)`` and ``("log", level, text)`` frames,
+    ``("run", ...)`` (or ``("norun",)``), ``("counts", ...)`` and ``("log", level, text)`` frames,
     and ``("done", ended_as, sent, dropped, settled)`` last.
     """
     for signum in IGNORED_SIGNALS:
@@ -640,8 +762,6 @@ def main() -> None:
     # MLflow's INFO lines ("Creating initial MLflow database tables...") would reach
     # the training's stderr; its warnings still do. The user's own setting wins.
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-    if hasattr(os, "nice"):
-        os.nice(NICENESS)  # lowering one's own priority is always allowed
     channel = _Channel(os.dup(1))
     os.dup2(2, 1)  # what a library prints goes to stderr, not into the frames
     parent = os.getppid()

@@ -14,6 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 from ._errors import MonitoredValueError, OptunaConfigError, OptunaError
 from ._hook import OptunaPruningHook
 from ._optimize import optimize, resume_trial
+from ._retry import original_trial_number
 from ._trial import current_trial, use_trial
 
 try:
@@ -29,6 +30,7 @@ __all__ = [
     "__version__",
     "current_trial",
     "optimize",
+    "original_trial_number",
     "resume_trial",
     "use_trial",
 ]

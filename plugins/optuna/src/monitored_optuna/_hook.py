@@ -28,6 +28,7 @@ import anyio.to_thread
 from monitored import SessionRunArgs, optional, to_scalar
 
 from ._errors import MonitoredValueError, OptunaConfigError
+from ._retry import retry_chain
 from ._trial import check_trial, current_trial, note_session_closed
 
 if TYPE_CHECKING:
@@ -152,7 +153,7 @@ class OptunaPruningHook:
     async def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
         if not self._active:
             return
-        self._check_identity(session)
+        retried = self._check_identity(session)
         if self.pruned_step is not None:
             # Restored from a checkpoint written after the prune: it stays pruned.
             coord.request_stop()
@@ -166,7 +167,12 @@ class OptunaPruningHook:
         # Steps the trial holds already (reported after the checkpoint this run resumed
         # from, before a preemption) are not reported again.
         held = await anyio.to_thread.run_sync(_last_step_held, self._trial)
-        self.last_reported_step = max(self.last_reported_step, held)
+        if retried:
+            # The checkpoint's steps were reported to the trial this one retries: this
+            # trial holds only what it holds (inherited, or nothing).
+            self.last_reported_step = held
+        else:
+            self.last_reported_step = max(self.last_reported_step, held)
         n = self.every_n_steps
         self._next_check = (session.state.global_step // n + 1) * n if n else -1
         self._state = session.state
@@ -228,16 +234,27 @@ class OptunaPruningHook:
         self.pruned_step = pruned
         self._restored_identity = identity
 
-    def _check_identity(self, session: MonitoredSession) -> None:
-        """Refuse to go on from a checkpoint saved for another trial than this one."""
+    def _check_identity(self, session: MonitoredSession) -> bool:
+        """Refuse to go on from a checkpoint saved for another trial than this one.
+
+        A checkpoint of a trial this one retries (Optuna's retry of a dead or
+        interrupted trial, with its parameters) is this trial's own work: it
+        is taken, and ``True`` returned.
+        """
         saved, self._restored_identity = self._restored_identity, None
         if saved is None:
-            return
+            return False
         current = _identity(self._trial)
-        if dict(saved["params"]) == current["params"] and all(
-            saved[key] == current[key] for key in ("study", "trial")
-        ):
-            return
+        if dict(saved["params"]) == current["params"] and saved["study"] == current["study"]:
+            if saved["trial"] == current["trial"]:
+                return False
+            if self._trial is not None and saved["trial"] in retry_chain(self._trial):
+                log.info(
+                    "OptunaPruningHook: trial %s retries trial %s: going on from its checkpoint",
+                    current["trial"],
+                    saved["trial"],
+                )
+                return True
         where = session.restored_from if session.restored_from is not None else "a checkpoint"
         raise OptunaConfigError(
             f"OptunaPruningHook: {where} was saved by trial {saved['trial']} of study "

@@ -16,11 +16,20 @@ A signal that stops the trials' sessions (Ctrl-C or SIGTERM, with
 closes normally, so its objective returns) ends the search, as
 ``KeyboardInterrupt`` ends Optuna's ``study.optimize``: no trial starts after
 it, and the value the interrupted objectives return is not taken for a
-result. After SIGINT the running trials are told ``FAIL`` and ``optimize``
-raises ``KeyboardInterrupt``; after SIGTERM (a preemption: the job is meant
-to come back) they are left ``RUNNING``, marked with the user attribute
-``preempted_by``, to be resumed from their checkpoints with
-:func:`resume_trial`, and ``optimize`` returns, as a preempted session does.
+result. After SIGINT the running trials are told ``FAIL`` and queued again
+(``WAITING``, with their parameters: Optuna's retry, see :mod:`._retry`), so
+the next ``optimize`` on the study resumes them from their checkpoints, and
+``optimize`` raises ``KeyboardInterrupt``; after SIGTERM (a preemption: the
+job is meant to come back) they are left ``RUNNING``, marked with the user
+attribute ``preempted_by``, to be resumed from their checkpoints with
+:func:`resume_trial` (or, on a storage with heartbeats, retried once they
+are stale), and ``optimize`` returns, as a preempted session does.
+
+On a storage with heartbeats (an ``RDBStorage`` made with
+``heartbeat_interval``) each running trial records its heartbeat from a
+thread, and the stale trials of the study (their process died) are failed and
+handed to the storage's retry callback before each new trial, as Optuna's own
+``study.optimize`` does.
 """
 
 from __future__ import annotations
@@ -39,6 +48,15 @@ import anyio
 import anyio.to_thread
 
 from ._errors import OptunaConfigError
+from ._retry import (
+    FAILED_TRIAL_ATTR,
+    Heartbeat,
+    ask,
+    fail_stale_trials,
+    heartbeat_interval,
+    retry,
+    system_attrs,
+)
 from ._trial import _stop_signals, _trial
 
 if TYPE_CHECKING:
@@ -93,7 +111,8 @@ async def optimize(
             that is not awaitable, or its value is itself awaitable (an
             ``await`` forgotten in it).
         KeyboardInterrupt: Ctrl-C stopped the trials' sessions (they saved
-            their checkpoints; the running trials are told ``FAIL``).
+            their checkpoints; the running trials are told ``FAIL`` and queued
+            again, for the next ``optimize`` to resume).
     """
     import optuna  # here: importing this plugin does not import Optuna
 
@@ -128,16 +147,24 @@ async def optimize(
             started += 1
             await _run_trial(run)
 
+    chosen: BaseException | None = None
     try:
         async with anyio.create_task_group() as group:
             for _ in range(min(concurrency, n_trials)):
                 group.start_soon(worker)
     except BaseExceptionGroup as failed:
-        raise _one_of(failed, run.failures) from None
+        chosen = _one_of(failed, run.failures)
+    if chosen is not None:
+        # Raised here, outside the ``except``: the exception keeps its own cause and
+        # context (a storage's StorageInternalError keeps the database error under it),
+        # and the group it came in is not chained to it.
+        raise chosen
     if run.signal == "SIGINT":
         log.warning(
-            "optimize: interrupted (SIGINT); trial(s) %s told FAIL (their checkpoints are "
-            "saved), no further trial started",
+            "optimize: interrupted (SIGINT); trial(s) %s told FAIL with their checkpoints "
+            "saved, and queued again (WAITING, with their parameters): the next optimize on "
+            "this study resumes them from their checkpoints (kept under "
+            "monitored_optuna.original_trial_number(trial)); no further trial started",
             sorted(run.stopped),
         )
         raise KeyboardInterrupt
@@ -172,16 +199,43 @@ class _Run:
 
 
 async def _run_trial(run: _Run) -> None:
+    from optuna.trial import TrialState
+
+    study = run.study
+    trial = await anyio.to_thread.run_sync(_ask, study)
+    if run.ended:
+        # The search ended while this trial was being asked for: it never ran.
+        with anyio.CancelScope(shield=True):
+            await _tell(study, trial, None, TrialState.FAIL, run.callbacks)
+            if FAILED_TRIAL_ATTR in await anyio.to_thread.run_sync(system_attrs, trial):
+                # A retry taken from the queue: back into it, not lost.
+                await anyio.to_thread.run_sync(retry, study, trial._trial_id)
+        return
+    interval = heartbeat_interval(study._storage)
+    heartbeat = None
+    if interval is not None:
+        heartbeat = Heartbeat(study._storage, trial._trial_id, trial.number, interval)
+        heartbeat.start()
+    try:
+        await _run_asked_trial(run, trial)
+    finally:
+        if heartbeat is not None:
+            # No join: a beat in flight after the tell does no harm, and the loop
+            # does not wait on the database here.
+            heartbeat.stop()
+
+
+def _ask(study: optuna.Study) -> optuna.trial.Trial:
+    """The next trial, after failing (and retrying) the stale ones, as Optuna's optimize does."""
+    fail_stale_trials(study)
+    return ask(study)
+
+
+async def _run_asked_trial(run: _Run, trial: optuna.trial.Trial) -> None:
     import optuna
     from optuna.trial import TrialState
 
     study, catch, callbacks = run.study, run.catch, run.callbacks
-    trial = await anyio.to_thread.run_sync(study.ask)
-    if run.ended:
-        # The search ended while this trial was being asked for: it never ran.
-        with anyio.CancelScope(shield=True):
-            await _tell(study, trial, None, TrialState.FAIL, callbacks)
-        return
     token = _trial.set(trial)
     signals: list[str] = []
     signals_token = _stop_signals.set(signals)
@@ -251,8 +305,10 @@ async def _stopped_by_signal(run: _Run, trial: optuna.trial.Trial, signal: str) 
         run.signal = signal
     run.stopped.append(trial.number)
     if signal == "SIGINT":
-        log.warning("Trial %d interrupted (SIGINT): told FAIL", trial.number)
-        await _tell(run.study, trial, None, TrialState.FAIL, run.callbacks)
+        log.warning("Trial %d interrupted (SIGINT): told FAIL, and queued again", trial.number)
+        with anyio.CancelScope(shield=True):
+            await _tell(run.study, trial, None, TrialState.FAIL, run.callbacks)
+            await anyio.to_thread.run_sync(retry, run.study, trial._trial_id)
         return
     log.warning("Trial %d stopped by %s: left RUNNING, to be resumed", trial.number, signal)
     await anyio.to_thread.run_sync(trial.set_user_attr, "preempted_by", signal)
