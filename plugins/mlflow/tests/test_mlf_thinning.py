@@ -48,3 +48,13 @@ def test_within_max_pending_nothing_is_dropped() -> None:
     assert [p[3] for _, p in w._points] == list(range(1, 51))
     assert w.dropped == 0
     assert not w._tail
+
+
+def test_a_thinning_keeps_the_newest_point_even_when_it_was_on_the_old_grid() -> None:
+    w = writer(max_pending=8)
+    # Ten points on the grid of stride 1 in one frame: the stride doubles, and the
+    # newest (its 10th point, off the grid of 2) is kept for the close.
+    w.add([(step, 0, {"loss": float(step)}) for step in range(1, 11)], [])
+    assert [p[3] for _, p in w._points] == [1, 3, 5, 7, 9]
+    assert w._tail["loss"][3] == 10
+    assert len(w._points) + len(w._tail) + w.dropped == 10

@@ -290,13 +290,24 @@ class RunWriter:
         """
         limit = self.config.max_pending
         before = len(self._points)
+        held = len(self._tail)
         while len(self._points) > limit:
             self._stride *= 2
             stride = self._stride
-            self._points = [entry for entry in self._points if entry[0] % stride == 0]
+            kept: list[tuple[int, Point]] = []
+            seen = set(self._tail)  # metrics whose newest point is held already
+            for entry in reversed(self._points):  # from the newest back
+                key = entry[1][0]
+                if entry[0] % stride == 0:
+                    kept.append(entry)
+                elif key not in seen:
+                    self._tail[key] = entry[1]  # off the grid now, but its newest
+                seen.add(key)
+            kept.reverse()
+            self._points = kept
             if self._stride > 1 << 40:  # one point per metric and still too many
                 self._points = self._points[len(self._points) - limit :]
-        self._drop_now(before - len(self._points))
+        self._drop_now(before + held - len(self._points) - len(self._tail))
         if self.dropped < 2 * self._thinning_said:
             return
         self._thinning_said = self.dropped
