@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from test_examples import EXAMPLES, load
 
+import monitored
 from monitored._core._plugins import installed_plugin_names
 
 
@@ -81,7 +82,8 @@ def test_custom_estimator_resumes_bit_for_bit_after_sigkill(tmp_path: Path) -> N
             rng,
         )
         last = _newest_step(directory) + rng.randint(1, 150)
-        resumed, _, _ = anyio.run(port.main_async, last, 100, str(directory))
+        with pytest.warns(monitored.RunTakenOverWarning, match="is gone"):  # the killed owner
+            resumed, _, _ = anyio.run(port.main_async, last, 100, str(directory))
         straight, _, _ = anyio.run(port.main_async, last, 100, str(tmp_path / f"straight-{trial}"))
         names = straight.get_variable_names()
         assert resumed.get_variable_names() == names
@@ -124,7 +126,8 @@ def test_learn_runner_port_resumes_bit_for_bit_after_sigkill(tmp_path: Path) -> 
         rng,
     )
     last = _newest_step(directory) + rng.randint(1, 120)
-    anyio.run(port.run, str(directory), last)
+    with pytest.warns(monitored.RunTakenOverWarning, match="is gone"):  # the killed owner
+        anyio.run(port.run, str(directory), last)
     anyio.run(port.run, str(tmp_path / "straight"), last)
     resumed, straight = _arrays(port, directory), _arrays(port, tmp_path / "straight")
     assert sorted(resumed) == sorted(straight)
