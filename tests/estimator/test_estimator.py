@@ -440,3 +440,20 @@ async def test_a_train_op_function_may_call_current_state_itself(tmp_path: Path)
     est = Estimator(model_fn, model_dir=tmp_path, params={"optimizer": OPTIMIZER})
     await est.train(numpy_input_fn(x, y, batch_size=32, shuffle=False), max_steps=3)
     np.testing.assert_allclose(est.get_variable_value("w"), -3 * 0.5 * 0.1)
+
+
+async def test_training_writes_the_loss_and_the_step_rate_as_an_estimator_does(
+    tmp_path: Path,
+) -> None:
+    """TensorBoard's reader finds ``loss`` every ``save_summary_steps``, once, and ``global_step/sec``."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    x, y = _data()
+    est = _estimator(tmp_path, save_summary_steps=10, log_step_count_steps=10)
+    await est.train(
+        numpy_input_fn(x, y, batch_size=32, num_epochs=None, shuffle=True), max_steps=30
+    )
+    accumulator = EventAccumulator(str(tmp_path / "model"), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    assert "global_step/sec" in accumulator.Tags()["scalars"]
+    assert [event.step for event in accumulator.Scalars("loss")] == [1, 11, 21]  # TF's steps
