@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 import numpy as np
 import pytest
-from test_examples import EXAMPLES, load
+from test_examples import _newest_checkpoint_step as _newest_step
+from test_examples import kill_at_a_random_point as _kill_at_a_random_point
+from test_examples import load
 
 import monitored
 from monitored._core._plugins import installed_plugin_names
@@ -27,36 +24,6 @@ def _checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(
         "MONITORED_DISABLE_PLUGINS", ",".join(sorted(installed_plugin_names() - keep))
     )
-
-
-def _newest_step(directory: Path) -> int:
-    from monitored_checkpoint import latest_checkpoint
-
-    path = latest_checkpoint(str(directory)) if directory.is_dir() else None
-    return -1 if path is None else int(path.rsplit("-", 1)[1])
-
-
-def _kill_at_a_random_point(
-    script: str, args: list[str], directory: Path, threshold: int, log: Path, rng: random.Random
-) -> None:
-    with log.open("w") as child_log:
-        child = subprocess.Popen(
-            [sys.executable, str(EXAMPLES / script), *args],
-            stdout=child_log,
-            stderr=subprocess.STDOUT,
-            env=os.environ.copy(),
-        )
-        try:
-            deadline = time.monotonic() + 300
-            while _newest_step(directory) < threshold:
-                assert child.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, "no checkpoint: " + log.read_text()
-                time.sleep(0.005)
-            time.sleep(rng.uniform(0.0, 0.05))  # between saves, or in one
-        finally:
-            child.send_signal(signal.SIGKILL)
-            child.wait()
-    assert child.returncode == -signal.SIGKILL
 
 
 def test_custom_estimator_learns_and_predicts_the_three_flowers(tmp_path: Path) -> None:

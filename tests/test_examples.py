@@ -195,6 +195,33 @@ def _newest_checkpoint_step(directory: Path) -> int:
     return -1 if path is None else int(path.rsplit("-", 1)[1])
 
 
+def kill_at_a_random_point(
+    script: str, args: list[str], directory: Path, threshold: int, log: Path, rng: random.Random
+) -> int:
+    """Run the example ``script`` as a process and SIGKILL it at a random point once the
+    newest checkpoint of ``directory`` reaches step ``threshold`` (between saves, or in one);
+    its process id."""
+    with log.open("w") as child_log:
+        child = subprocess.Popen(
+            [sys.executable, str(EXAMPLES / script), *args],
+            stdout=child_log,
+            stderr=subprocess.STDOUT,
+            env=os.environ.copy(),
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while _newest_checkpoint_step(directory) < threshold:
+                assert child.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, "no checkpoint: " + log.read_text()
+                time.sleep(0.005)
+            time.sleep(rng.uniform(0.0, 0.05))
+        finally:
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+    assert child.returncode == -signal.SIGKILL
+    return child.pid
+
+
 def test_tf1_estimator_port_resumes_bit_for_bit_after_sigkill(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
@@ -207,34 +234,17 @@ def test_tf1_estimator_port_resumes_bit_for_bit_after_sigkill(
     for trial, threshold in enumerate((100, 300, 600)):
         directory = tmp_path / f"killed-{trial}"
         log_path = tmp_path / f"child-{trial}.log"
-        with log_path.open("w") as child_log:
-            child = subprocess.Popen(
-                [
-                    sys.executable,
-                    str(EXAMPLES / "tf1_estimator_port.py"),
-                    "--max-steps",
-                    "100000000",  # killed long before
-                    "--model-dir",
-                    str(directory),
-                ],
-                stdout=child_log,
-                stderr=subprocess.STDOUT,
-                env=os.environ.copy(),
-            )
-            try:
-                deadline = time.monotonic() + 300
-                while _newest_checkpoint_step(directory) < threshold:
-                    assert child.poll() is None, log_path.read_text()
-                    assert time.monotonic() < deadline, "no checkpoint: " + log_path.read_text()
-                    time.sleep(0.005)
-                time.sleep(rng.uniform(0.0, 0.05))  # between saves, or in one
-            finally:
-                child.send_signal(signal.SIGKILL)
-                child.wait()
-        assert child.returncode == -signal.SIGKILL
+        pid = kill_at_a_random_point(
+            "tf1_estimator_port.py",
+            ["--max-steps", "100000000", "--model-dir", str(directory)],  # killed long before
+            directory,
+            threshold,
+            log_path,
+            rng,
+        )
         last = _newest_checkpoint_step(directory) + rng.randint(1, 150)
         # The killed run's claim on its directory is taken over, saying so.
-        with pytest.warns(monitored.RunTakenOverWarning, match=f"process {child.pid} is gone"):
+        with pytest.warns(monitored.RunTakenOverWarning, match=f"process {pid} is gone"):
             resumed, _ = anyio.run(port.train, last, 0, str(directory))
         straight, _ = anyio.run(port.train, last, 0, str(tmp_path / f"straight-{trial}"))
         assert resumed.global_step == straight.global_step == last
