@@ -67,6 +67,7 @@ if _TYPE_CHECKING:
         claim_run,
     )
     from ._core._plugins import PluginInfo, installed_plugins
+    from ._core._printable import PrintableFilter, printable
     from ._core._profiler import BackgroundSpan, ProfilerHook, StepTrace
     from ._core._run import RunOptions, SessionRunArgs, SessionRunContext, SessionRunValues
     from ._core._scaffold import Scaffold, SessionManager
@@ -162,6 +163,7 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
         "claim_run",
     ),
     "._core._plugins": ("PluginInfo", "installed_plugins"),
+    "._core._printable": ("PrintableFilter", "printable"),
     "._core._profiler": ("BackgroundSpan", "ProfilerHook", "StepTrace"),
     "._core._run": ("RunOptions", "SessionRunArgs", "SessionRunContext", "SessionRunValues"),
     "._core._scaffold": ("Scaffold", "SessionManager"),
@@ -329,6 +331,7 @@ __all__ = [
     "PluginLoadError",
     "PluginOptionError",
     "PluginValidationError",
+    "PrintableFilter",
     "ProfilerHook",
     "Provider",
     "ProximalAdagradOptimizer",
@@ -396,6 +399,7 @@ __all__ = [
     "piecewise_constant",
     "polynomial_decay",
     "prefetch",
+    "printable",
     "provider",
     "read_regular_file",
     "shuffle_batch",

@@ -35,6 +35,7 @@ from ._core._plugins import (
     disabled_from_env,
     load_entry_point,
 )
+from ._core._printable import printable
 from ._core._suggest import SuggestingParser
 
 __all__ = ["WIDTH", "main"]
@@ -167,14 +168,12 @@ def _list_plugins(args: argparse.Namespace, rows: list[dict[str, Any]]) -> int:
         )
         for row in rows
     ]
-    widths = [
-        max(len(str(cell)) for cell in column) for column in zip(headers, *table, strict=False)
-    ]
-    for line, row in zip((headers, *table), (None, *rows), strict=True):
+    # Names and versions read from installed packages' metadata: printed escaped.
+    shown = [tuple(printable(cell) for cell in row) for row in table]
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *shown, strict=False)]
+    for line, row in zip((headers, *shown), (None, *rows), strict=True):
         print(
-            "  ".join(
-                str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)
-            ).rstrip()
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         )
         if args.verbose and row is not None and row["hooks"]:
             print(_wrapped(f"hooks: {', '.join(row['hooks'])}", "  ", "         "))
@@ -209,7 +208,7 @@ def _notes(row: dict[str, Any]) -> str:
 
 def _wrapped(text: str, indent: str, subsequent: str) -> str:
     return textwrap.fill(
-        text,
+        printable(text, lines=True),  # names from installed metadata and plugin errors
         WIDTH,
         initial_indent=indent,
         subsequent_indent=subsequent,

@@ -53,11 +53,15 @@ class UnsafeFileError(MonitoredError):
     a device, a socket or a directory where a file should be, a file larger than
     the bound it was opened with, a name that is not a plain file name of its
     directory, or a symbolic link that leads out of it. ``path`` is the file as
-    it was named.
+    it was named. The message names the file (and a link's target) with every
+    character a terminal would act on escaped (:func:`~monitored.printable`):
+    they are names read from disk.
     """
 
     def __init__(self, message: str, *, path: str) -> None:
-        super().__init__(message)
+        from ._printable import printable  # here: ``import monitored`` imports this module
+
+        super().__init__(printable(message))
         #: The refused file, as it was named (joined to its directory).
         self.path = path
 

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from ._errors import MonitoredError, install_hint
+from ._printable import printable
 
 __all__ = ["ALLOW_ENV", "UnconnectedTasksError", "check_launch", "launched_tasks"]
 
@@ -84,7 +85,7 @@ def check_launch(
     found = launched_tasks(env)
     if not found:
         return
-    shown = ", ".join(f"{k}={v}" for k, v in found.items())
+    shown = ", ".join(f"{k}={printable(v)}" for k, v in found.items())
     idle = sorted(idle_suppliers)
     if idle:
         why = (

@@ -54,6 +54,7 @@ from collections.abc import Iterable
 from typing import Final, final
 
 from ._errors import MonitoredError
+from ._printable import PrintableFilter
 
 __all__ = [
     "DEFAULT_LEASE_SECS",
@@ -72,6 +73,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("monitored.ownership")
+# Its lines name run directories and claims another process wrote: no terminal sequence.
+log.addFilter(PrintableFilter())
 
 #: The hidden folder of a run directory that holds the ownership records.
 OWNER_FOLDER: Final = ".monitored-owner"

@@ -21,6 +21,7 @@ import anyio
 
 from ._capabilities import find_provider
 from ._errors import DeadlineExceededError
+from ._printable import printable
 from ._state import TrainState
 
 if TYPE_CHECKING:
@@ -214,7 +215,7 @@ class SessionManager:
         if local_message is not None:
             log.info(
                 "Restoring the state from %s did not make it ready for local init: %s",
-                restored,
+                printable(restored),
                 local_message,
             )
             return restored, False
@@ -222,9 +223,13 @@ class SessionManager:
         message = await self.scaffold.not_ready(state)
         if message is not None:
             state.initialized = False
-            log.info("Restoring the state from %s did not make it ready: %s", restored, message)
+            log.info(
+                "Restoring the state from %s did not make it ready: %s",
+                printable(restored),
+                message,
+            )
             return restored, False
-        log.info("Restored the state from %s", restored)
+        log.info("Restored the state from %s", printable(restored))
         return restored, True
 
     async def wait_for_session(

@@ -35,6 +35,7 @@ from .._core._capabilities import Provider, provider
 from .._core._cluster import LocalCluster
 from .._core._config import TrainingConfig
 from .._core._errors import DamagedCheckpointError, OutOfRangeError
+from .._core._printable import printable
 from .._core._scaffold import Scaffold
 from .._core._session import MonitoredSession
 from .._core._state import TrainState
@@ -116,7 +117,7 @@ class _RestoreFromCheckpoint:
     async def restore_state(self, session: MonitoredSession) -> str:
         if not self.restored:
             _checkpoint_module("evaluate a checkpoint").restore(session.state, self.path)
-        log.info("%s %s (step %d)", self.doing, self.path, session.state.global_step)
+        log.info("%s %s (step %d)", self.doing, printable(self.path), session.state.global_step)
         return self.path
 
 
@@ -515,7 +516,7 @@ async def _evaluate_newest(
             chooser.nothing = (
                 f"checkpoint directory {checkpoint_dir} holds no checkpoint to evaluate "
                 + (
-                    f"(skipped, unusable: {', '.join(skipped)})"
+                    f"(skipped, unusable: {', '.join(map(printable, skipped))})"
                     if skipped
                     else "(has training written one yet?)"
                 )
@@ -526,7 +527,8 @@ async def _evaluate_newest(
         newest, disable_plugins=disable_plugins, plugin_options=plugin_options
     )
     if chooser.path is None:
-        raise NoCheckpointError(chooser.nothing)
+        # The chief's words (another process's, in a cluster), naming what it listed.
+        raise NoCheckpointError(printable(chooser.nothing))
     return await evaluate(_RestoreFromCheckpoint(chooser.path, restored=True), state=state)
 
 
@@ -853,7 +855,12 @@ async def _restore_arriving(
             raise
         if isinstance(exc, checkpoint.CheckpointNotFoundError):
             return exc
-        log.info("Checkpoint %s is not readable (%s); trying it again in %g s", path, exc, wait)
+        log.info(
+            "Checkpoint %s is not readable (%s); trying it again in %g s",
+            printable(path),
+            printable(exc),
+            wait,
+        )
     await anyio.sleep(wait)
     try:
         checkpoint.restore(state, path)

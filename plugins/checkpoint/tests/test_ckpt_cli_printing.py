@@ -21,9 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monitored import TrainState
+from monitored import TrainState, printable
 from monitored_checkpoint import Saver
-from monitored_checkpoint._printable import printable
 
 CONTROLS = "".join(chr(c) for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)])
 SEQUENCES = "\x1b]0;pwned\x07\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x1b[31m\u202e\u2028"

@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 from importlib.metadata import PackageNotFoundError, version
 
+from monitored import PrintableFilter as _PrintableFilter
+
 from ._errors import (
     CheckpointDigestError,
     CheckpointDirectoryError,
@@ -39,7 +41,6 @@ from ._management import (
     remove_checkpoint,
     update_checkpoint_state,
 )
-from ._printable import EscapeRecords as _EscapeRecords
 from ._reader import list_variables, load_variable, read_checkpoint, resolve_checkpoint
 from ._saver import (
     CheckpointsIterator,
@@ -55,7 +56,7 @@ from ._saver import (
 )
 
 # The plugin's log lines name files and arrays read from disk: none prints a terminal sequence.
-logging.getLogger("monitored.checkpoint").addFilter(_EscapeRecords())
+logging.getLogger("monitored.checkpoint").addFilter(_PrintableFilter())
 #: TF1's name of :func:`checkpoint_state`.
 get_checkpoint_state = checkpoint_state
 

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any, Final, TextIO, TypeVar
 
 import numpy as np
 
+from monitored import printable
+
 from ._errors import CheckpointError
 from ._format import (
     _ITEMSIZE,
@@ -46,7 +48,6 @@ from ._inspect import (
     pick_checkpoint,
     verify_report,
 )
-from ._printable import printable
 from ._reader import load_variable, read_checkpoint
 from ._saver import split_save_path
 from ._settle import Settled, settle

@@ -6,9 +6,7 @@ All derive from :class:`CheckpointError`, itself a :class:`monitored.MonitoredEr
 
 from __future__ import annotations
 
-from monitored import DamagedCheckpointError, MonitoredError
-
-from ._printable import printable
+from monitored import DamagedCheckpointError, MonitoredError, printable
 
 __all__ = [
     "CheckpointDigestError",

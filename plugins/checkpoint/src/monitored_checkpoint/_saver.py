@@ -188,7 +188,7 @@ def _parse_state(store: Store, raw: bytes) -> CheckpointState:
 
 def _string(value: str, number: int) -> str:
     if not (value.startswith('"') and value.endswith('"')) or len(value) < 2:
-        raise ValueError(f"line {number}: {value[:80]} is not a quoted string")
+        raise ValueError(f"line {number}: {value[:80]!r} is not a quoted string")
     try:
         decoded = load_json(value.encode(), f"line {number}", "the name")
     except CorruptCheckpointError:

@@ -11,11 +11,18 @@ put the best state back at the end.
 
 from __future__ import annotations
 
+import logging
 from importlib.metadata import PackageNotFoundError, version
+
+from monitored import PrintableFilter as _PrintableFilter
 
 from ._errors import EarlyStoppingConfigError, EarlyStoppingError, MonitoredValueError
 from ._hook import EarlyStoppingHook, stop_if_no_decrease_hook, stop_if_no_increase_hook
 from ._rules import Decision, KerasRule, NoImprovementRule, Rule, infer_mode
+
+# Its log lines name the best checkpoint, a path restored from a checkpoint (read back, maybe
+# hostile): none prints a terminal sequence or a forged line.
+logging.getLogger("monitored.early_stopping").addFilter(_PrintableFilter())
 
 try:
     __version__ = version("monitored-early-stopping")

@@ -14,11 +14,18 @@ training. Pass :class:`MlflowHook` in ``hooks=[...]`` to log a plain
 
 from __future__ import annotations
 
+import logging
 from importlib.metadata import PackageNotFoundError, version
+
+from monitored import PrintableFilter as _PrintableFilter
 
 from ._errors import MlflowConfigError, MlflowPluginError
 from ._hook import DEFAULT_EXPERIMENT, MlflowHook, optimizer_params, run_status
 from ._sender import RUN_KEY_TAG, STEP_TAG, Sender
+
+# Its log lines name run ids, checkpoint paths and the store's answers (read back, maybe
+# hostile): none prints a terminal sequence or a forged line.
+logging.getLogger("monitored.mlflow").addFilter(_PrintableFilter())
 
 try:
     __version__ = version("monitored-mlflow")

@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from monitored import TrainState, decode_rng_state, encode_rng_state, is_device_array
+from monitored import (
+    TrainState,
+    decode_rng_state,
+    encode_rng_state,
+    is_device_array,
+    printable,
+)
 
 from ._collectives import exchange_bytes
 from ._errors import (
@@ -86,8 +92,8 @@ def _create_entries(state: TrainState, manifest: Mapping[str, Any], rank: int) -
         except TypeError:
             raise StateMismatchError(
                 f"rank {rank}: array {name!r}, which the chief's init_fn creates, has dtype "
-                f"{dtype_name}, which NumPy cannot name here; create it before the session "
-                "(in the TrainState or a hook's begin) on every rank"
+                f"{printable(dtype_name)}, which NumPy cannot name here; create it before the "
+                "session (in the TrainState or a hook's begin) on every rank"
             ) from None
         value: Any = np.empty(tuple(shape), dtype)
         if modules.get(name) == "cupy":
@@ -142,7 +148,9 @@ async def share_state(world: World, session: MonitoredSession, max_wait_secs: fl
         report = _problems(manifest["arrays"], describe(state))
     reports = exchange_bytes(json.dumps(report).encode(), "checking the states", world)
     lines = [
-        f"rank {rank}: {problem}" for rank, raw in enumerate(reports) for problem in json.loads(raw)
+        f"rank {rank}: {printable(problem)}"  # each rank's words, one line each
+        for rank, raw in enumerate(reports)
+        for problem in json.loads(raw)
     ]
     if lines:
         raise StateMismatchError(

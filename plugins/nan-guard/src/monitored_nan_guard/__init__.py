@@ -10,7 +10,10 @@ Installed, it guards every session's ``loss`` output (if the step returns one).
 
 from __future__ import annotations
 
+import logging
 from importlib.metadata import PackageNotFoundError, version
+
+from monitored import PrintableFilter as _PrintableFilter
 
 from ._errors import (
     LossSpikeError,
@@ -22,6 +25,10 @@ from ._errors import (
     RollbackError,
 )
 from ._hook import Failure, NanTensorHook, Rollback
+
+# Its log lines name the checkpoints it rolls back to (read back, maybe hostile): none prints a
+# terminal sequence or a forged line.
+logging.getLogger("monitored.nan_guard").addFilter(_PrintableFilter())
 
 try:
     __version__ = version("monitored-nan-guard")

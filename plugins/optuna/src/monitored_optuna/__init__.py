@@ -9,13 +9,20 @@ through Optuna's ask/tell interface.
 
 from __future__ import annotations
 
+import logging
 from importlib.metadata import PackageNotFoundError, version
+
+from monitored import PrintableFilter as _PrintableFilter
 
 from ._errors import MonitoredValueError, OptunaConfigError, OptunaError
 from ._hook import OptunaPruningHook
 from ._optimize import optimize, resume_trial
 from ._retry import original_trial_number
 from ._trial import current_trial, use_trial
+
+# Its log lines name studies, trials and storage errors (read back, maybe hostile): none prints a
+# terminal sequence or a forged line.
+logging.getLogger("monitored.optuna").addFilter(_PrintableFilter())
 
 try:
     __version__ = version("monitored-optuna")

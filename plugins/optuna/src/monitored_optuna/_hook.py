@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard, final
 
 import anyio.to_thread
 
-from monitored import SessionRunArgs, optional, to_scalar
+from monitored import SessionRunArgs, optional, printable, to_scalar
 
 from ._errors import MonitoredValueError, OptunaConfigError
 from ._retry import retry_chain
@@ -255,7 +255,8 @@ class OptunaPruningHook:
                     saved["trial"],
                 )
                 return True
-        where = session.restored_from if session.restored_from is not None else "a checkpoint"
+        restored = session.restored_from  # a path found on disk: printed escaped
+        where = printable(restored) if restored is not None else "a checkpoint"
         raise OptunaConfigError(
             f"OptunaPruningHook: {where} was saved by trial {saved['trial']} of study "
             f"{saved['study']!r} with params {_short(saved['params'])}, but this session trains "

@@ -13,8 +13,11 @@ one curve (``SessionLog`` events).
 from __future__ import annotations
 
 import importlib
+import logging
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final
+
+from monitored import PrintableFilter as _PrintableFilter
 
 from ._errors import (
     SummaryDirectoryError,
@@ -45,6 +48,10 @@ _LAZY: Final = {
     "FileWriterCache": "_writer",
     "SummaryWriter": "_writer",
 }
+
+# Its log lines name event files and log directories (read back, maybe hostile): none prints a
+# terminal sequence or a forged line.
+logging.getLogger("monitored.summaries").addFilter(_PrintableFilter())
 
 try:
     __version__ = version("monitored-summaries")

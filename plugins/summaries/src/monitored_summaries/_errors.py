@@ -6,7 +6,7 @@ All derive from :class:`SummaryError`, itself a :class:`monitored.MonitoredError
 
 from __future__ import annotations
 
-from monitored import MonitoredError
+from monitored import MonitoredError, printable
 
 __all__ = [
     "SummaryDirectoryError",
@@ -53,4 +53,13 @@ class SummaryWriteError(SummaryError):
 
 
 class SummaryReaderError(SummaryError):
-    """An event file cannot be read: not a regular file, or a corrupt record."""
+    """An event file cannot be read: not a regular file, or a corrupt record.
+
+    Its message names the file (found by listing a directory, maybe hostile) with
+    every character a terminal would act on escaped (``monitored.printable``).
+    """
+
+    def __init__(self, *args: object) -> None:
+        if args and isinstance(args[0], str):
+            args = (printable(args[0]), *args[1:])
+        super().__init__(*args)
