@@ -285,3 +285,30 @@ def test_unsafe_file_error_is_the_core_s_own_error() -> None:
     error = UnsafeFileError("refused", path="/x")
     assert error.path == "/x"
     assert str(error) == "refused"
+
+
+@needs_fifo
+@needs_symlinks
+def test_refusals_name_files_from_disk_escaped_on_one_line(tmp_path: Path) -> None:
+    """Issue 34 §2: a refused entry's name, and a link's target, hold what a crafted
+    directory chose: the message escapes it; ``path`` stays exact."""
+    from _hostile import HOSTILE_NAME, assert_safe_line
+
+    directory = tmp_path / "run"
+    directory.mkdir()
+    fifo = os.path.join(directory, HOSTILE_NAME)  # bytes that are not UTF-8 too
+    os.mkfifo(fifo)
+    with pytest.raises(UnsafeFileError) as info:
+        finishes(lambda: open_regular_file(fifo))
+    assert_safe_line(str(info.value))
+    assert "FIFO" in str(info.value)
+    assert str(info.value).endswith("\\xff\\xfe is a FIFO, not a regular file; refused")
+    assert info.value.path == fifo
+    os.remove(fifo)
+    outside = tmp_path / HOSTILE_NAME
+    outside.write_bytes(b"secret")
+    os.symlink(outside, directory / "state.json")
+    with pytest.raises(UnsafeFileError) as info:
+        read_regular_file("state.json", within=directory, max_bytes=100)
+    assert_safe_line(str(info.value))
+    assert "is a symbolic link to" in str(info.value)

@@ -134,3 +134,20 @@ def test_a_connected_world_is_not_checked() -> None:
     assert info.value.variables == {"PMI_SIZE": "2"}
     with pytest.raises(UnconnectedTasksError, match="mpi is installed but supplied no cluster"):
         check_launch(trains_alone=True, idle_suppliers=["mpi"], environ={"PMI_SIZE": "2"})
+
+
+def test_a_launcher_variable_with_control_characters_is_printed_escaped(tmp_path: Path) -> None:
+    """Issue 34 §2: the values of the environment are named escaped, on one line."""
+    from _hostile import HOSTILE, assert_safe_line
+
+    with pytest.raises(UnconnectedTasksError) as info:
+        check_launch(
+            trains_alone=True, environ={"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": HOSTILE}
+        )
+    assert_safe_line(str(info.value))
+    assert info.value.variables["SLURM_PROCID"] == HOSTILE  # the attribute stays exact
+    # A real process under such an environment (no NUL in an environment).
+    done = _run(tmp_path, SLURM_STEP_NUM_TASKS="2", SLURM_PROCID=HOSTILE.replace("\0", ""))
+    assert done.returncode == 3, done.stderr
+    refused = done.stdout.removeprefix("REFUSED ").removesuffix("\n")
+    assert_safe_line(refused)

@@ -285,3 +285,52 @@ def test_the_owners_own_lease_decides_not_the_claimants(tmp_path: Path) -> None:
     os.utime(record, (old, old))
     with pytest.raises(RunOwnedError, match="host 'elsewhere'"):
         claim_run(tmp_path, lease_secs=1.0)
+
+
+def test_a_claim_another_process_wrote_is_printed_escaped(tmp_path: Path) -> None:
+    """Issue 34 §2: the host of a claim is whatever its writer put there (OSC 52 to set
+    the reader's clipboard, a newline to forge a line): refusals, takeovers and fencing
+    errors name it escaped, on one line."""
+    from _hostile import HOSTILE, assert_safe_line
+
+    record = _record(tmp_path, 1, host=HOSTILE, pid=1, since=time.time(), lease=30.0)
+    with pytest.raises(RunOwnedError) as refused:
+        claim_run(tmp_path, lease_secs=30)
+    assert_safe_line(str(refused.value))
+    assert_safe_line(refused.value.owner)
+    old = time.time() - 31
+    os.utime(record, (old, old))
+    with pytest.warns(RunTakenOverWarning) as taken:
+        owner = claim_run(tmp_path, lease_secs=30)
+    assert owner is not None
+    assert_safe_line(str(taken[0].message))
+    try:
+        # A newer claim written meanwhile by the hostile host: this writer is fenced off.
+        _record(tmp_path, owner.epoch + 1, host=HOSTILE, pid=1, since=time.time())
+        with pytest.raises(RunOwnershipLostError) as lost:
+            check_run_owner(tmp_path / "model.ckpt-1.json")
+        assert_safe_line(str(lost.value))
+    finally:
+        owner.release()
+
+
+def test_the_ownership_log_names_a_crafted_run_directory_escaped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from _hostile import HOSTILE_NAME, assert_safe_line
+
+    directory = tmp_path / HOSTILE_NAME
+    with caplog.at_level("WARNING", logger="monitored.ownership"):
+        owner = claim_run(directory, lease_secs=0.2)
+        assert owner is not None
+        try:
+            for record in (directory / OWNER_FOLDER).iterdir():
+                record.unlink()  # taken over: the renewal finds its record gone
+            deadline = time.monotonic() + 60
+            while not caplog.records and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            owner.release()
+    (warning,) = caplog.records
+    assert "was taken over" in warning.getMessage()
+    assert_safe_line(warning.getMessage())

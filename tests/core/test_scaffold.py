@@ -74,3 +74,29 @@ async def test_a_worker_gives_up_after_max_wait_secs(state: TrainState) -> None:
             state, is_chief=False, session_manager=manager, max_wait_secs=0.05
         ):
             pass
+
+
+async def test_the_checkpoint_restored_is_logged_escaped(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 34 §2: the path of the checkpoint found in a directory (whose name a crafted
+    directory chose) is logged on one line, its control characters escaped."""
+    import logging
+    import os
+
+    from _hostile import HOSTILE_NAME, assert_safe_line
+
+    checkpoint = pytest.importorskip("monitored_checkpoint")
+    directory = os.path.join(tmp_path, HOSTILE_NAME)
+    saved = TrainState({"w": np.ones(2)})
+    saved.global_step = 3
+    checkpoint.Saver().save(saved, os.path.join(directory, "model.ckpt"))
+    state = TrainState({"w": np.zeros(2)})
+    manager = monitored.SessionManager(saver=checkpoint.Saver())
+    with caplog.at_level(logging.INFO, logger="monitored"):
+        restored, ready = await manager.recover_session(state, checkpoint_dir=directory)
+    assert ready
+    assert state.global_step == 3
+    assert restored == os.path.join(directory, "model.ckpt-3")  # the value stays exact
+    (line,) = [r.getMessage() for r in caplog.records if "Restored the state" in r.getMessage()]
+    assert_safe_line(line)

@@ -680,3 +680,47 @@ def test_an_evaluation_hook_checks_its_arguments_when_made_not_at_its_first_eval
     given: dict[str, Any] = {"metrics": _metrics(), "every_n_steps": 1000, **arguments}
     with pytest.raises(error, match=message):
         EvaluationHook(eval_step, **given)
+
+
+def _no_raw_character(text: str) -> None:
+    bad = sorted({char for char in text if not char.isprintable()})
+    assert not bad, f"{bad!r} would reach the terminal raw in {text!r}"
+
+
+async def test_checkpoint_names_an_evaluator_finds_are_printed_escaped(
+    tmp_path: Path, caplog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34 §2: a checkpoint whose name holds ESC, OSC and CSI sequences, in a
+    directory whose name holds every control character and a newline, polled by an
+    evaluator: every log line, warning and error that names it shows it escaped, on
+    one line. (A newline in the checkpoint's own name makes it no checkpoint: such
+    names are never listed.)"""
+    from _hostile import HOSTILE_NAME, SEQUENCES, assert_safe_line
+
+    directory = tmp_path / HOSTILE_NAME
+    basename = f"model{SEQUENCES}.ckpt"
+    for w, step in ((2.0, 1), (3.0, 2)):
+        state = monitored.TrainState({"w": np.array([w])}, global_step=step)
+        Saver().save(state, str(directory / basename))
+    _flip_last_byte(directory / f"{basename}-2.safetensors")
+    with caplog.at_level(logging.INFO, logger="monitored"):
+        results = await _follow(directory)
+    assert [r.global_step for r in results] == [1]
+    named = [r.getMessage() for r in caplog.records if "pwned" in r.getMessage()]
+    assert len(named) >= 3  # the retry, the skip warning, "Evaluating ..."
+    for message in named:
+        assert_safe_line(message)
+    for record in caplog.records:
+        _no_raw_character(record.getMessage())
+    # Nothing usable left: the error lists what was skipped, escaped.
+    _flip_last_byte(directory / f"{basename}-1.safetensors")
+    with pytest.raises(NoCheckpointError) as info:
+        await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=directory)
+    assert "skipped, unusable" in str(info.value)
+    assert_safe_line(str(info.value))
+    # A worker raises the chief's words (another process's) escaped too.
+    shared = {"path": None, "nothing": f"gone: {HOSTILE_NAME}"}
+    install_cluster(monkeypatch, _Worker({"evaluation-pick": {"version": 1, "state": shared}}))
+    with pytest.raises(NoCheckpointError) as info:
+        await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=directory)
+    assert_safe_line(str(info.value))
