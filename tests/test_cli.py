@@ -575,3 +575,24 @@ def test_a_command_unlike_any_gets_no_guess(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(SystemExit):
         main(["zzzzzz"])
     assert "did you mean" not in capsys.readouterr().err
+
+
+def test_plugins_prints_metadata_and_errors_escaped(
+    fake_plugin: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34 §2: what ``monitored plugins`` prints comes from installed packages'
+    metadata on disk, and from their import errors: escaped, each on its own lines."""
+    from _hostile import ESCAPED_TITLE
+
+    title = "\x1b]0;pwned\x07\x1b]52;c;cm0g\x07\x9b"
+    fake_plugin("evil", "def before_run(): pass\n", version="1.0" + title)
+    forged = title + "\nList one: rm -rf ~"
+    fake_plugin("broken", f"raise ImportError({forged!r})\n")
+    assert main(["plugins"]) == 1
+    captured = capsys.readouterr()
+    for text in (captured.out, captured.err):
+        bad = sorted({char for char in text if not char.isprintable() and char != "\n"})
+        assert not bad, f"{bad!r} reached the output: {text!r}"
+    assert ESCAPED_TITLE in captured.out
+    assert ESCAPED_TITLE in captured.err
+    assert not [line for line in captured.err.splitlines() if line.startswith("List one")]

@@ -109,3 +109,28 @@ def test_both_are_public_and_documented_for_plugin_authors() -> None:
     reference = (DOCS / "plugin-api.md").read_text()
     assert "::: monitored.printable" in reference
     assert "::: monitored.PrintableFilter" in reference
+
+
+@pytest.mark.parametrize(
+    ("package", "logger"),
+    [
+        ("monitored_checkpoint", "monitored.checkpoint"),
+        ("monitored_mlflow", "monitored.mlflow"),
+        ("monitored_optuna", "monitored.optuna"),
+        ("monitored_nan_guard", "monitored.nan_guard"),
+        ("monitored_early_stopping", "monitored.early_stopping"),
+        ("monitored_summaries", "monitored.summaries"),
+        ("monitored._core._ownership", "monitored.ownership"),
+    ],
+)
+def test_the_loggers_whose_lines_name_what_was_read_escape_them(
+    package: str, logger: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Run ids and a store's answers (MLflow), storage errors (Optuna), checkpoints
+    rolled back to or exported, event files, claims: each such logger filters its lines
+    (their real sites are tested in each package's tests)."""
+    pytest.importorskip(package)
+    with caplog.at_level(logging.INFO, logger=logger):
+        logging.getLogger(logger).warning("run %s: %s", HOSTILE, HOSTILE_NAME)
+    (record,) = caplog.records
+    assert_safe_line(record.getMessage())

@@ -248,3 +248,24 @@ def test_a_directory_beside_a_same_named_config_file_is_the_directory(pretrained
     state = new_state()
     assert warm_start(state, pretrained, ["encoder/w"]) == {"encoder/w": "encoder/w"}
     np.testing.assert_array_equal(state["encoder/w"], np.full((2, 3), 2.0))
+
+
+def test_the_checkpoint_found_in_a_directory_is_named_escaped(
+    pretrained: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 34 §2: the newest checkpoint of a directory (whose name holds control
+    characters, a newline and bytes that are not UTF-8) is named escaped, on one line."""
+    import logging
+    import os
+
+    from _hostile import HOSTILE_NAME, assert_safe_line
+
+    directory = tmp_path / HOSTILE_NAME
+    os.rename(pretrained, directory)
+    with caplog.at_level(logging.INFO, logger="monitored"):
+        warm_start(new_state(), directory, "encoder/")
+    (line,) = [r.getMessage() for r in caplog.records if "Warm-started" in r.getMessage()]
+    assert_safe_line(line)
+    with pytest.raises(WarmStartError) as info:
+        warm_start(new_state(), directory, "head/")  # another shape
+    assert_safe_line(str(info.value))

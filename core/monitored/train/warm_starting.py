@@ -24,6 +24,7 @@ import numpy as np
 from .._core._backend import is_device_array
 from .._core._capabilities import provider
 from .._core._errors import MonitoredError, UnsupportedArgumentError
+from .._core._printable import printable
 from .._core._state import TrainState
 from .optimizers import trainable_variables
 
@@ -109,7 +110,8 @@ def warm_start(
     _check(state, sources, arrays, path)
     for name, source in sources.items():
         _assign(state, name, arrays[source])
-    log.info("Warm-started %d entries of the state from %s", len(sources), path)
+    # The checkpoint found in a directory (its name, and the directory's, from disk).
+    log.info("Warm-started %d entries of the state from %s", len(sources), printable(path))
     return dict(sources)
 
 
@@ -212,8 +214,9 @@ def _check(
             )
     if problems:
         raise WarmStartError(
-            f"cannot warm-start from checkpoint {path}: " + "; ".join(problems) + "; the "
-            "state is unchanged"
+            f"cannot warm-start from checkpoint {printable(path)}: "
+            + "; ".join(problems)
+            + "; the state is unchanged"
         )
 
 

@@ -266,3 +266,23 @@ async def test_the_installed_plugin_hears_evaluation_results() -> None:
             if sess.should_stop():
                 break
     assert state.global_step == 3  # 2.5 at step 3 is no improvement: patience 1 is spent
+
+
+async def test_the_best_checkpoint_is_logged_escaped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 34 §2: the best checkpoint's path (also restored from a checkpoint, as the
+    plugin's state) is logged escaped, on one line, whatever its directory's name holds."""
+    import logging
+
+    from _hostile import HOSTILE_NAME, assert_safe_line
+
+    hook = EarlyStoppingHook(
+        "loss", patience=2, restore_best=True, best_checkpoint_dir=tmp_path / HOSTILE_NAME
+    )
+    with caplog.at_level(logging.INFO, logger="monitored.early_stopping"):
+        await run_session([hook], losses_step(LOSSES), state=new_state(), max_steps=12)
+    named = [r.getMessage() for r in caplog.records if "best-" in r.getMessage()]
+    assert any("restored the best state from" in message for message in named)
+    for message in named:
+        assert_safe_line(message)

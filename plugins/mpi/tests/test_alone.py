@@ -326,3 +326,15 @@ def test_a_worker_takes_the_chiefs_arrays_into_its_cupy_entries_in_place(
         _assign(state, name, held, chief.copy(order="C"))
         assert state[name] is held
         np.testing.assert_array_equal(held.get(), chief)
+
+
+def test_the_chiefs_dtype_name_is_printed_escaped() -> None:
+    """Issue 34 §2: what the chief sends (another process's words) is named escaped."""
+    from _hostile import HOSTILE, assert_safe_line
+
+    from monitored_mpi._share import StateMismatchError, _create_entries
+
+    manifest = {"arrays": {"w": [[2], HOSTILE, True]}}
+    with pytest.raises(StateMismatchError) as info:
+        _create_entries(monitored.TrainState(), manifest, rank=1)
+    assert_safe_line(str(info.value))

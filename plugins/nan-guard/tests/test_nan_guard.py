@@ -255,3 +255,27 @@ async def test_the_installed_plugin_can_be_disabled() -> None:
 def test_bad_options_fail_before_training() -> None:
     with pytest.raises(NanGuardConfigError, match="on_nan"):
         NanTensorHook(monitored.optional("loss"), on_nan="explode")  # type: ignore[arg-type]
+
+
+async def test_the_checkpoint_rolled_back_to_is_logged_escaped(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 34 §2: the rollback's log names a checkpoint found by listing a directory
+    (whose name holds control characters and a newline): escaped, on one line."""
+    from _hostile import HOSTILE_NAME, assert_safe_line
+
+    from monitored_checkpoint import CheckpointSaverHook
+
+    directory = tmp_path / HOSTILE_NAME
+    hook = NanTensorHook("loss", on_nan="rollback")
+    saver = CheckpointSaverHook(directory, save_steps=3, asynchronous=False, handle_signals=False)
+    state = monitored.TrainState({"w": np.zeros(2, np.float32)})
+    with caplog.at_level(logging.WARNING, logger="monitored.nan_guard"):
+        await run_session(
+            [hook, saver, monitored.StopAtStepHook(last_step=8)],
+            poisoned_step({7}),
+            state=state,
+            max_steps=50,
+        )
+    (line,) = [r.getMessage() for r in caplog.records if "rolled back to" in r.getMessage()]
+    assert_safe_line(line)

@@ -457,3 +457,29 @@ async def test_a_trial_of_a_sqlite_study_is_reported_to_from_a_worker_thread(
             [OptunaPruningHook(trial, "loss", every_n_steps=2)], losses_step, state=new_state()
         )
     assert reported(trial) == {2: 0.4, 4: 0.35, 6: 0.6}
+
+
+async def test_the_refusal_names_the_checkpoint_and_the_saved_study_escaped(
+    tmp_path: Path,
+) -> None:
+    """Issue 34 §2: the checkpoint's path (a directory anyone may have named) and the
+    study name restored from it are printed escaped, on one line."""
+    from _hostile import HOSTILE, HOSTILE_NAME, assert_safe_line
+
+    directory = tmp_path / HOSTILE_NAME
+    old = optuna.create_study(study_name=HOSTILE)
+    await run_session(
+        [OptunaPruningHook(fixed_trial(old, 0.1), "loss", every_n_steps=2), saver(directory)],
+        losses_step,
+        state=new_state(),
+        max_steps=2,
+    )
+    new = optuna.create_study(study_name="new")
+    with pytest.raises(OptunaConfigError) as refused:
+        await run_session(
+            [OptunaPruningHook(fixed_trial(new, 0.1), "loss", every_n_steps=2), saver(directory)],
+            losses_step,
+            state=new_state(),
+        )
+    assert "model.ckpt-2 was saved by trial 0 of study 'w\\x00" in str(refused.value)
+    assert_safe_line(str(refused.value))

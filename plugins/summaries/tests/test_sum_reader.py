@@ -273,3 +273,19 @@ def test_reads_a_file_written_by_tensorboard(tmp_path: Path) -> None:
     events = list(summary_iterator(path))
     assert events[-1].step == 3
     assert events[-1].summary.value[0].simple_value == 1.0
+
+
+def test_an_event_file_named_with_control_characters_is_named_escaped(tmp_path: Path) -> None:
+    """Issue 34 §2: an event file found by listing a log directory may be named with
+    ESC/OSC sequences, a newline and bytes that are not UTF-8: the reader's errors
+    name it escaped, on one line."""
+    from _hostile import HOSTILE_NAME, assert_safe_line
+
+    damaged = tmp_path / f"events.out.tfevents.1.{HOSTILE_NAME}"
+    damaged.write_bytes(record(event(1), data_crc=0))
+    fifo = tmp_path / f"events.out.tfevents.2.{HOSTILE_NAME}"
+    os.mkfifo(fifo)
+    for path in sorted(tmp_path.iterdir()):  # as a reader of a log directory finds them
+        with pytest.raises(SummaryReaderError) as info:
+            list(summary_iterator(path))
+        assert_safe_line(str(info.value))
