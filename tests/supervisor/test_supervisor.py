@@ -775,3 +775,31 @@ def test_a_plain_with_says_to_write_async_with() -> None:
     )
     with plain_with, sv.managed_session():
         pytest.fail("a plain with must not enter")
+
+
+async def test_a_run_directory_named_with_control_characters_is_logged_escaped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 34 §2: waiting for, restoring and saving checkpoints of a logdir whose name
+    holds every control character, OSC 52 and a newline: no log line carries one raw.
+    (Valid UTF-8: the summaries plugin cannot yet record a checkpoint path with bytes
+    that are not, in its SessionLog.)"""
+    import logging
+
+    from _hostile import HOSTILE, assert_safe_line
+
+    logdir = tmp_path / HOSTILE.replace("\0", "")
+    with caplog.at_level(logging.DEBUG, logger="monitored"):
+        sv = Supervisor(new_state(), logdir=logdir, recovery_wait_secs=0.01)
+        first = await sv.prepare_or_wait_for_session(wait_for_checkpoint=True, max_wait_secs=0.05)
+        assert first.restored_from is None
+        await sv.stop()
+        await train(Supervisor(new_state(), logdir=logdir), 3)
+        restarted = Supervisor(new_state(), logdir=logdir)
+        async with restarted.managed_session() as sess:
+            assert sess.restored_from == str(logdir / "model.ckpt-3")
+    named = [r.getMessage() for r in caplog.records if "pwned" in r.getMessage()]
+    assert any("Waiting for a checkpoint" in message for message in named)
+    assert any("Restored" in message for message in named)
+    for message in named:
+        assert_safe_line(message)

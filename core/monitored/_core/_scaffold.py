@@ -300,7 +300,7 @@ class SessionManager:
                 remaining = deadline - time.monotonic()
                 if not wait_for_checkpoint or remaining <= 0:
                     return None
-                log.info("Waiting for a checkpoint in %s", checkpoint_dir)
+                log.info("Waiting for a checkpoint in %s", printable(checkpoint_dir))
                 await anyio.sleep(min(self.recovery_wait_secs, remaining))
         await _maybe_await(saver.restore(state, os.fspath(path)))
         return os.fspath(path)

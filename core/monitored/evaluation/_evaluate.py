@@ -322,7 +322,7 @@ def default_summary_dir(model_dir: str, name: str = "eval") -> str | None:
         log.warning(
             "Evaluation summaries are off: %s cannot be written (the model directory is "
             "read-only to this process); give summary_dir= to write them elsewhere",
-            target,
+            printable(target),
         )
     return None
 

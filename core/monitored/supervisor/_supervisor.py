@@ -40,6 +40,7 @@ from .._core._capabilities import Provider, find_provider, provider
 from .._core._config import TrainingConfig
 from .._core._coordinator import Coordinator, ExcInfo, LooperThread
 from .._core._errors import UnsupportedArgumentError
+from .._core._printable import printable
 from .._core._scaffold import Scaffold, SessionManager
 from .._core._session import MonitoredSession
 from .._core._state import TrainState
@@ -678,7 +679,7 @@ class Supervisor:
                 )
                 is None
             ):
-                log.info("Waiting for a checkpoint in %s", self._logdir)
+                log.info("Waiting for a checkpoint in %s", printable(self._logdir))
                 await anyio.sleep(self._recovery_wait_secs)
 
     def start_queue_runners(
