@@ -457,3 +457,30 @@ async def test_training_writes_the_loss_and_the_step_rate_as_an_estimator_does(
     accumulator.Reload()
     assert "global_step/sec" in accumulator.Tags()["scalars"]
     assert [event.step for event in accumulator.Scalars("loss")] == [1, 11, 21]  # TF's steps
+
+
+async def test_a_model_directory_named_with_control_characters_is_logged_escaped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 34 §2: training, evaluating and predicting from a model_dir whose name holds
+    every control character, OSC 52 and a newline: the lines naming its checkpoints
+    show them escaped, on one line. (Valid UTF-8: see the Supervisor's test.)"""
+    from _hostile import HOSTILE, assert_safe_line
+
+    x, y = _data(64)
+    est = Estimator(
+        logistic_model_fn,
+        model_dir=tmp_path / HOSTILE.replace("\0", ""),
+        config=RunConfig(tf_random_seed=0, save_checkpoints_steps=10),
+        params={"optimizer": monitored.GradientDescentOptimizer(0.5)},
+    )
+    with caplog.at_level(logging.INFO, logger="monitored"):
+        train_input = numpy_input_fn(x, y, batch_size=32, num_epochs=None, shuffle=False)
+        await est.train(train_input, max_steps=4)
+        await est.evaluate(numpy_input_fn(x, y, batch_size=64, shuffle=False))
+        [p async for p in est.predict(numpy_input_fn(x, batch_size=64, shuffle=False))]
+    named = [r.getMessage() for r in caplog.records if "pwned" in r.getMessage()]
+    assert any(message.startswith("Predicting with") for message in named)
+    assert any(message.startswith("Evaluating") for message in named)
+    for message in named:
+        assert_safe_line(message)
