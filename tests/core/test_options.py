@@ -389,3 +389,32 @@ def test_options_joined_by_a_comma_in_the_environment_say_that_a_semicolon_separ
         "progress": {"show": "loss,accuracy"},
         "nan_guard": {"lag": "0"},
     }
+
+
+def test_values_of_the_environment_are_named_escaped(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 34 §2: MONITORED_PLUGIN_OPTIONS may hold anything: its values, option
+    names and plugin names are named escaped (``repr``), each message on one line."""
+    from _hostile import HOSTILE, assert_safe_line
+
+    declared = {"progress": [Option("every_n_steps", 10)]}
+    hostile = HOSTILE.replace("\0", "").replace(";", "")
+    for env in (
+        f"progress.every_n_steps={hostile}",  # a value of the wrong type
+        f"progress.{hostile}=1",  # an option the plugin does not declare
+        f"{hostile}",  # not plugin.option=value
+    ):
+        with pytest.raises(PluginOptionError) as info:
+            resolve_options(
+                declared, {}, loaded=["progress"], environ={"MONITORED_PLUGIN_OPTIONS": env}
+            )
+        assert_safe_line(str(info.value), shown="\\x1b]52c")
+    with caplog.at_level(logging.WARNING, logger="monitored"):  # a plugin not installed
+        resolve_options(
+            declared,
+            {},
+            loaded=["progress"],
+            installed=["progress"],
+            environ={"MONITORED_PLUGIN_OPTIONS": f"{hostile.translate({46: None, 61: None})}.x=1"},
+        )
+    (warning,) = caplog.records
+    assert_safe_line(warning.getMessage(), shown="\\x1b]52c")
