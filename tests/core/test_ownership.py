@@ -334,3 +334,38 @@ def test_the_ownership_log_names_a_crafted_run_directory_escaped(
     (warning,) = caplog.records
     assert "was taken over" in warning.getMessage()
     assert_safe_line(warning.getMessage())
+
+
+def test_a_live_owner_on_a_host_named_with_osc_52_is_named_escaped(
+    tmp_path: Path, holder: list[subprocess.Popen[str]]
+) -> None:
+    """The claim written by a real process that holds the directory (its host name
+    set to OSC 52 and a forged line): the refusal names it escaped, on one line."""
+    from _hostile import HOSTILE, assert_safe_line
+
+    script = textwrap.dedent(
+        f"""
+        import sys
+        import monitored._core._ownership as ownership
+        ownership._HOST = {HOSTILE!r}  # what its host name may be, as read by others
+        owner = ownership.claim_run(sys.argv[1])
+        print("claimed", owner.epoch, flush=True)
+        sys.stdin.readline()
+        owner.release()
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    holder.append(proc)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("claimed"), proc.stderr
+    with pytest.raises(RunOwnedError) as refused:
+        claim_run(tmp_path)
+    assert_safe_line(str(refused.value))
+    assert f"process {proc.pid}" in str(refused.value)
+    proc.communicate("\n", timeout=60)
