@@ -413,7 +413,11 @@ class PluginManager(pluggy.PluginManager):
         # own ``__dict__`` is looked up each time).
         if isinstance(plugin, types.ModuleType):
             key: object = plugin
-        elif name in getattr(plugin, "__dict__", ()):
+        elif name in (own := getattr(plugin, "__dict__", ())):
+            if type(own) is dict and not isinstance(
+                own[name], types.FunctionType | types.MethodType
+            ):
+                return None  # an attribute (pluggy binds only functions and methods)
             return self._parse_impl(plugin, name)
         else:
             key = type(plugin)
@@ -463,7 +467,7 @@ class PluginManager(pluggy.PluginManager):
                 plugin=info.name,
                 distribution=info.distribution,
             )
-        self._check_hook_names(info)
+        hooks = self._check_hook_names(info)
         own = _own_functions(info.plugin)
         _check_misspellings(info, own)
         positional = self._positional_impls(info) if info.source == "hook" else {}
@@ -482,7 +486,7 @@ class PluginManager(pluggy.PluginManager):
             ) from exc
         finally:
             self._skip = frozenset()
-        impls = self._impls_of(info.plugin)
+        impls = self._impls_of(info.plugin, hooks)
         for impl in impls:
             if impl.wrapper or impl.hookwrapper:
                 self.unregister(info.plugin)
@@ -591,10 +595,12 @@ class PluginManager(pluggy.PluginManager):
         }
         return sorted(by_name | positional)
 
-    def _check_hook_names(self, info: PluginInfo) -> None:
+    def _check_hook_names(self, info: PluginInfo) -> set[str]:
+        """Refuse a marked name that is no hook; the names of the hooks ``info`` implements."""
         # Through parse_hookimpl_opts, which reads each name of a module or class once
         # per process: a marked name comes back with its marker's options, an unmarked
         # one that is not a hook name as None.
+        hooks = set()
         for attr_name in dir(info.plugin):
             if attr_name.startswith("__"):
                 continue
@@ -602,6 +608,7 @@ class PluginManager(pluggy.PluginManager):
             if opts is None:
                 continue
             hook = opts.get("specname") or attr_name
+            hooks.add(hook)
             if hook not in _SPEC_NAMES:
                 raise PluginValidationError(
                     f"{info.describe()} marks {attr_name!r} with @monitored.hookimpl, "
@@ -611,14 +618,16 @@ class PluginManager(pluggy.PluginManager):
                     distribution=info.distribution,
                     hook=hook,
                 )
+        return hooks
 
-    def _impls_of(self, plugin: object) -> list[pluggy.HookImpl]:
-        return [
-            impl
-            for caller in self.get_hookcallers(plugin) or ()
-            for impl in caller.get_hookimpls()
-            if impl.plugin is plugin
-        ]
+    def _impls_of(self, plugin: object, hooks: Iterable[str]) -> list[pluggy.HookImpl]:
+        """``plugin``'s registered implementations, among those of ``hooks``."""
+        found: list[pluggy.HookImpl] = []
+        for hook in hooks:
+            caller: pluggy.HookCaller | None = getattr(self.hook, hook, None)
+            if caller is not None:
+                found.extend(impl for impl in caller.get_hookimpls() if impl.plugin is plugin)
+        return found
 
     def ordered_impls(self, hook: str) -> list[tuple[Impl, PluginInfo]]:
         """The implementations of ``hook`` in call order.
