@@ -225,6 +225,32 @@ def test_a_step_plan_knows_which_names_are_required_and_late() -> None:
     assert step_plan.late is not None
 
 
+def test_equal_step_plans_share_their_generated_code_each_with_its_own_values() -> None:
+    """A second session making the same plans compiles nothing; each plan answers alike."""
+
+    def plans(named: type) -> list[FetchPlan]:
+        return [FetchPlan({"a": "x", "b": named("y", "x")}, lambda: "h0", 3)]
+
+    pair = collections.namedtuple("pair", "first second")
+    other = collections.namedtuple("other", "first second")
+    first, second = StepPlan(plans(pair)), StepPlan(plans(other))
+    assert first.fast is not None
+    assert second.fast is not None
+    assert first.fast.__code__ is second.fast.__code__
+    state = TrainState()
+    outputs = {"x": np.float32(1.0), "y": np.float32(2.0)}
+    first.collect(outputs, state)  # the general path meets float32 (the fast path then keeps it)
+    request = [(type("Call", (), {"plugin_index": 3})(), SessionRunArgs(plans(pair)[0].source))]
+    answer = first.fast(request, outputs, state)  # type: ignore[arg-type]
+    assert answer is not None
+    assert type(answer[3].results["b"]) is pair
+    request = [(request[0][0], SessionRunArgs(plans(other)[0].source))]
+    answer = second.fast(request, outputs, state)  # type: ignore[arg-type]
+    assert answer is not None
+    assert type(answer[3].results["b"]) is other
+    assert answer[3].results == {"a": 1.0, "b": other(2.0, 1.0)}
+
+
 def test_plans_match_equal_structures_and_the_same_lag_only() -> None:
     plan = FetchPlan({"a": ["x", "y"]}, lambda: "h")
     assert plan.matches({"a": ["x", "y"]}, 0)

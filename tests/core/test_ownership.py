@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from monitored import (
     check_run_owner,
     claim_run,
 )
+from monitored._core import _ownership
 from monitored._core._ownership import OWNER_FOLDER, lease_secs_from_env, resolve_run_directory
 
 #: A process that claims ``argv[1]``, prints ``claimed <epoch>`` and waits for stdin.
@@ -264,6 +266,28 @@ async def test_a_session_claims_before_begin_and_releases_on_close(tmp_path: Pat
     owner = claim_run(tmp_path)  # released on close
     assert owner is not None
     owner.release()
+
+
+@pytest.mark.anyio
+async def test_a_sessions_claim_and_release_are_written_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each syncs a record to disk: other sessions of the loop go on meanwhile."""
+    writers: list[int] = []
+    write_new = _ownership._write_new
+
+    def recording(path: str, body: bytes) -> None:
+        writers.append(threading.get_ident())
+        write_new(path, body)
+
+    monkeypatch.setattr(_ownership, "_write_new", recording)
+    log: list[str] = []
+    async with MonitoredSession(TrainState(), hooks=[_Writes(tmp_path, log)]):
+        assert len(writers) == 1  # the claim, made before begin
+    assert len(writers) == 2  # and the release, done when the close returns
+    assert threading.get_ident() not in writers
+    record = json.loads(next((tmp_path / OWNER_FOLDER).glob("epoch-*.json")).read_text())
+    assert record["released"] is True
 
 
 @pytest.mark.anyio

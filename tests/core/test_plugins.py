@@ -379,6 +379,35 @@ async def test_a_plain_object_naming_a_subset_of_the_spec_is_called_by_name(
     assert isinstance(seen[0], monitored.SessionRunValues)
 
 
+async def test_a_hook_class_is_read_again_when_its_methods_change(state: TrainState) -> None:
+    """How a class's methods take their arguments is remembered until one is replaced."""
+    seen: list[Any] = []
+
+    class Hook:
+        def after_run(self, rc: Any, rv: Any) -> None:
+            seen.append(("two", rv.results))
+
+    for _ in range(2):
+        async with monitored.MonitoredSession(state, hooks=[Hook()]) as sess:
+            await sess.run(counting_step)
+
+    def one(self: Any, rc: Any) -> None:
+        seen.append(("one", type(rc).__name__))
+
+    Hook.after_run = one  # type: ignore[assignment]
+    async with monitored.MonitoredSession(state, hooks=[Hook()]) as sess:
+        await sess.run(counting_step)
+    assert seen == [("two", None), ("two", None), ("one", "SessionRunContext")]
+
+    def three(self: Any, a: Any, b: Any, c: Any) -> None:
+        pass
+
+    Hook.after_run = three  # type: ignore[assignment]
+    with pytest.raises(monitored.PluginValidationError, match=r"'after_run'.*needs 3 arguments"):
+        async with monitored.MonitoredSession(state, hooks=[Hook()]):
+            pass
+
+
 async def test_positional_hooks_keep_tryfirst(state: TrainState, log: list) -> None:
     class First:
         @monitored.hookimpl(tryfirst=True)

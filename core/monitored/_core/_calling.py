@@ -86,23 +86,34 @@ def annotate(exc: BaseException, call: HookCall, step: int | None = None) -> Non
 
 @final
 class CallPlan:
-    """The implementations of every hook of one session, in call order."""
+    """The implementations of every hook of one session, in call order.
 
-    __slots__ = ("_plans", "infos")
+    Each hook's list is worked out the first time it is asked for (a session
+    calls a dozen of the hooks, and the plans made only to call one hook while
+    plugins are being registered call just that one); the manager must not
+    change after the plan is made.
+    """
+
+    __slots__ = ("_index", "_manager", "_plans", "infos")
 
     def __init__(self, manager: PluginManager) -> None:
+        self._manager = manager
         self.infos: tuple[PluginInfo, ...] = tuple(manager.infos)
-        index = {info.name: i for i, info in enumerate(self.infos)}
-        self._plans: dict[str, tuple[HookCall, ...]] = {
-            hook: tuple(
-                HookCall(hook, impl, info, index[info.name])
-                for impl, info in manager.ordered_impls(hook)
-            )
-            for hook in hookspecs.__all__
-        }
+        self._index = {info.name: i for i, info in enumerate(self.infos)}
+        self._plans: dict[str, tuple[HookCall, ...]] = {}
 
     def __getitem__(self, hook: str) -> tuple[HookCall, ...]:
-        return self._plans[hook]
+        try:
+            return self._plans[hook]
+        except KeyError:
+            if hook not in _SPEC_ARGS:
+                raise
+        index = self._index
+        plan = self._plans[hook] = tuple(
+            HookCall(hook, impl, info, index[info.name])
+            for impl, info in self._manager.ordered_impls(hook)
+        )
+        return plan
 
     async def call(self, hook: str, *args: Any, step: int | None = None) -> list[Any]:
         """Call every implementation of ``hook`` in order; return their results."""
@@ -113,13 +124,13 @@ class CallPlan:
     ) -> list[tuple[HookCall, Any]]:
         """Like :meth:`call`, pairing each result with the implementation that gave it."""
         results = []
-        for call in self._plans[hook]:
+        for call in self[hook]:
             results.append((call, await invoke(call, args, step)))
         return results
 
     async def call_first(self, hook: str, *args: Any, step: int | None = None) -> Any:
         """Call implementations in order until one returns something other than None."""
-        for call in self._plans[hook]:
+        for call in self[hook]:
             result = await invoke(call, args, step)
             if result is not None:
                 return result

@@ -33,6 +33,7 @@ from __future__ import annotations
 import difflib
 import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import CodeType
 from typing import TYPE_CHECKING, Any, Final, final
 
 import numpy as np
@@ -266,6 +267,23 @@ _Fast = Callable[
 ]
 
 
+#: Generated code by its source: every session of a script makes the same plans, and
+#: compiling one costs more than the rest of making it (the names it refers to are
+#: in the namespace each plan executes it in).
+_CODE: dict[str, CodeType] = {}
+#: Sources beyond this many are compiled each time (structures that keep changing).
+_MAX_CODE: Final = 256
+
+
+def _compiled(source: str, filename: str) -> CodeType:
+    code = _CODE.get(source)
+    if code is None:
+        code = compile(source, filename, "exec")
+        if len(_CODE) < _MAX_CODE:
+            _CODE[source] = code
+    return code
+
+
 def _assembler(plans: Sequence[tuple[FetchPlan, list[int]]]) -> _Assemble | None:
     """One generated function building every plan's answer from the host values ``v``.
 
@@ -285,7 +303,7 @@ def _assembler(plans: Sequence[tuple[FetchPlan, list[int]]]) -> _Assemble | None
             expression = f"{name}(v)"
         entries.append(f"{plan.index}: _new(_SRV, ({expression}, None, None))")
     code = "def assemble(v):\n    return {" + ", ".join(entries) + "}\n"
-    exec(compile(code, "<monitored fetch plan>", "exec"), namespace)
+    exec(_compiled(code, "<monitored fetch plan>"), namespace)
     assemble: _Assemble = namespace["assemble"]
     return assemble
 
@@ -383,7 +401,7 @@ def _fast_path(
         for plan, slots in plans
     ]
     lines.append("    return {" + ", ".join(entries) + "}")
-    exec(compile("\n".join(lines) + "\n", "<monitored fetch fast path>", "exec"), namespace)
+    exec(_compiled("\n".join(lines) + "\n", "<monitored fetch fast path>"), namespace)
     fast: _Fast = namespace["fast"]
     return fast
 

@@ -324,6 +324,46 @@ def _distribution(ep: importlib.metadata.EntryPoint) -> tuple[str, str]:
 _distributions: dict[int, tuple[importlib.metadata.EntryPoint, tuple[str, str]]] = {}
 
 
+#: The positional implementations of each hook class (``_positional_impls``) as
+#: ``{hook: (argnames, tryfirst, trylast)}``: the same for every object of the class
+#: that holds no hook name in its own ``__dict__``, for as long as the class's methods
+#: are the same (the first item, see ``_methods_of``); forgotten with the class.
+_POSITIONAL: weakref.WeakKeyDictionary[
+    type, tuple[tuple[int, ...], dict[str, tuple[tuple[str, ...], bool, bool]]]
+] = weakref.WeakKeyDictionary()
+#: The hook names in a fixed order (for ``_methods_of``).
+_SPEC_ORDER: Final = tuple(sorted(_SPEC_NAMES))
+
+
+def _methods_of(cls: type) -> tuple[int, ...]:
+    """Which functions ``cls`` has under the hook names, as identities.
+
+    Identities, not the functions: a method using ``super()`` refers to its class,
+    which a cache keyed weakly by the class must not keep alive. A method replaced
+    (a test's monkeypatch) changes it.
+    """
+    found = []
+    for hook in _SPEC_ORDER:
+        attr = getattr(cls, hook, None)
+        found.append(id(getattr(attr, "__func__", attr)))
+    return tuple(found)
+
+
+def _methods_from_class(plugin: object) -> bool:
+    """Whether ``plugin``'s hook methods all come from its class (none in its own ``__dict__``).
+
+    Then what its class's methods are called with is the same for every object of it.
+    A module or a class passed as a hook is looked up on itself: never.
+    """
+    if isinstance(plugin, types.ModuleType | type):
+        return False
+    try:
+        own = object.__getattribute__(plugin, "__dict__")
+    except AttributeError:
+        return True
+    return isinstance(own, dict) and _SPEC_NAMES.isdisjoint(own)
+
+
 #: ``parse_hookspec_opts`` of each name of ``hookspecs``, computed once.
 _SPEC_OPTS: dict[str, Any] = {}
 #: The parsed hook implementation options of each plugin module and hook class,
@@ -373,7 +413,11 @@ class PluginManager(pluggy.PluginManager):
         # own ``__dict__`` is looked up each time).
         if isinstance(plugin, types.ModuleType):
             key: object = plugin
-        elif name in getattr(plugin, "__dict__", ()):
+        elif name in (own := getattr(plugin, "__dict__", ())):
+            if type(own) is dict and not isinstance(
+                own[name], types.FunctionType | types.MethodType
+            ):
+                return None  # an attribute (pluggy binds only functions and methods)
             return self._parse_impl(plugin, name)
         else:
             key = type(plugin)
@@ -423,8 +467,9 @@ class PluginManager(pluggy.PluginManager):
                 plugin=info.name,
                 distribution=info.distribution,
             )
-        self._check_hook_names(info)
-        _check_misspellings(info)
+        hooks = self._check_hook_names(info)
+        own = _own_functions(info.plugin)
+        _check_misspellings(info, own)
         positional = self._positional_impls(info) if info.source == "hook" else {}
         self._skip = frozenset(positional)
         try:
@@ -441,7 +486,8 @@ class PluginManager(pluggy.PluginManager):
             ) from exc
         finally:
             self._skip = frozenset()
-        for impl in self._impls_of(info.plugin):
+        impls = self._impls_of(info.plugin, hooks)
+        for impl in impls:
             if impl.wrapper or impl.hookwrapper:
                 self.unregister(info.plugin)
                 hook = impl.function.__name__
@@ -452,8 +498,7 @@ class PluginManager(pluggy.PluginManager):
                     distribution=info.distribution,
                     hook=hook,
                 )
-        own = _own_functions(info.plugin)
-        if info.source == "hook" and not self._impls_of(info.plugin) and not positional:
+        if info.source == "hook" and not impls and not positional:
             self.unregister(info.plugin)
             foreign = foreign_callbacks(own)
             raise PluginValidationError(
@@ -476,6 +521,30 @@ class PluginManager(pluggy.PluginManager):
         method whose parameter names are not all the spec's (``def after_run(self,
         rc, rv)``). Their arity is checked here: at most the spec's arguments.
         """
+        plugin = info.plugin
+        cls = type(plugin)
+        cacheable = _methods_from_class(plugin)
+        if cacheable:
+            fingerprint = _methods_of(cls)
+            try:
+                known = _POSITIONAL.get(cls)
+            except TypeError:  # a class that is not weakly referenceable
+                known, cacheable = None, False
+            if known is not None and known[0] == fingerprint:
+                return {
+                    hook: Impl(getattr(plugin, hook), args, info.name, first, last, True)
+                    for hook, (args, first, last) in known[1].items()
+                }
+        found = self._find_positional(info)
+        if cacheable:
+            _POSITIONAL[cls] = (
+                fingerprint,
+                {hook: (i.argnames, i.tryfirst, i.trylast) for hook, i in found.items()},
+            )
+        return found
+
+    def _find_positional(self, info: PluginInfo) -> dict[str, Impl]:
+        """What :meth:`_positional_impls` returns, worked out from the object's methods."""
         plugin, found = info.plugin, {}
         for hook in _SPEC_NAMES:
             attr = inspect.getattr_static(plugin, hook, None)
@@ -526,14 +595,20 @@ class PluginManager(pluggy.PluginManager):
         }
         return sorted(by_name | positional)
 
-    def _check_hook_names(self, info: PluginInfo) -> None:
+    def _check_hook_names(self, info: PluginInfo) -> set[str]:
+        """Refuse a marked name that is no hook; the names of the hooks ``info`` implements."""
+        # Through parse_hookimpl_opts, which reads each name of a module or class once
+        # per process: a marked name comes back with its marker's options, an unmarked
+        # one that is not a hook name as None.
+        hooks = set()
         for attr_name in dir(info.plugin):
             if attr_name.startswith("__"):
                 continue
-            opts = pluggy.PluginManager.parse_hookimpl_opts(self, info.plugin, attr_name)
+            opts = self.parse_hookimpl_opts(info.plugin, attr_name)
             if opts is None:
                 continue
             hook = opts.get("specname") or attr_name
+            hooks.add(hook)
             if hook not in _SPEC_NAMES:
                 raise PluginValidationError(
                     f"{info.describe()} marks {attr_name!r} with @monitored.hookimpl, "
@@ -543,14 +618,16 @@ class PluginManager(pluggy.PluginManager):
                     distribution=info.distribution,
                     hook=hook,
                 )
+        return hooks
 
-    def _impls_of(self, plugin: object) -> list[pluggy.HookImpl]:
-        return [
-            impl
-            for caller in self.get_hookcallers(plugin) or ()
-            for impl in caller.get_hookimpls()
-            if impl.plugin is plugin
-        ]
+    def _impls_of(self, plugin: object, hooks: Iterable[str]) -> list[pluggy.HookImpl]:
+        """``plugin``'s registered implementations, among those of ``hooks``."""
+        found: list[pluggy.HookImpl] = []
+        for hook in hooks:
+            caller: pluggy.HookCaller | None = getattr(self.hook, hook, None)
+            if caller is not None:
+                found.extend(impl for impl in caller.get_hookimpls() if impl.plugin is plugin)
+        return found
 
     def ordered_impls(self, hook: str) -> list[tuple[Impl, PluginInfo]]:
         """The implementations of ``hook`` in call order.
@@ -631,16 +708,17 @@ def _edit_distance(a: str, b: str) -> int:
     return row[len(b)]
 
 
-def _near_misses(plugin: object) -> str:
-    guesses = {n: g for n in _own_functions(plugin) if (g := _misspelled(n)) is not None}
+def _near_misses(plugin: object, own: Iterable[str] | None = None) -> str:
+    names = _own_functions(plugin) if own is None else own
+    guesses = {n: g for n in names if (g := _misspelled(n)) is not None}
     if not guesses:
         return ""
     return "; did you mean " + ", ".join(f"{g!r} for {n!r}" for n, g in guesses.items()) + "?"
 
 
-def _check_misspellings(info: PluginInfo) -> None:
-    """Refuse a plugin whose public functions look like misspelled hook names."""
-    near = _near_misses(info.plugin)
+def _check_misspellings(info: PluginInfo, own: Iterable[str] | None = None) -> None:
+    """Refuse a plugin whose public functions (``own``, if known) look like misspelled hooks."""
+    near = _near_misses(info.plugin, own)
     if near:
         raise PluginValidationError(
             f"{info.describe()} defines functions that are not hooks but look like "

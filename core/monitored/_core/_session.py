@@ -48,7 +48,7 @@ from ._ownership import RunOwner
 from ._plugins import PluginInfo
 from ._profiler import StepTrace
 from ._run import RunOptions, SessionRunArgs, SessionRunContext, SessionRunValues
-from ._run_claim import claim_session_directories, release_all
+from ._run_claim import claim_session_directories, release_all, release_all_off_loop
 from ._scaffold import Scaffold, SessionManager
 from ._session_plugins import PluginRegistration
 from ._session_recovery import Recovery
@@ -425,7 +425,7 @@ class MonitoredSession(Recovery, StopAgreement, PluginRegistration, PluginServic
             # background task) is this process's failure as much as one known before.
             self._cluster.fail(exc)
             raise
-        release_all(self._owners)
+        await release_all_off_loop(self._owners)
         if failure is not None:
             self._cluster.fail(failure)
 

@@ -10,8 +10,10 @@ which the hot path reads from ``_before_run``/``_after_run``/``_wake_at``.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -327,18 +329,42 @@ def _delegate(
         method = getattr(hook, call.hook, None) if hook is not None else None
         if method is None:
             continue
-        try:
-            inspect.signature(method).bind(*range(arguments))
-        except (TypeError, ValueError):
+        if not _takes(method, arguments):
             raise PluginError(
                 f"delegate_step_hooks: {_name_of(hook)}.{call.hook} of plugin {plugin!r} must "
                 f"take the {call.hook} arguments in order "
                 f"({'run_context' if arguments == 1 else 'run_context, run_values'})",
                 plugin=plugin,
                 hook=call.hook,
-            ) from None
+            )
         kept.append(call.delegated(method))
     return tuple(kept)
+
+
+#: The methods found to take an event's arguments in order (``_takes``), by function:
+#: a plugin delegates to an object of the same class in every session.
+_TAKES: weakref.WeakKeyDictionary[Callable[..., Any], set[tuple[bool, int]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _takes(method: Callable[..., Any], arguments: int) -> bool:
+    """Whether ``method`` can be called with ``arguments`` positional arguments."""
+    function = getattr(method, "__func__", method)
+    key = (function is not method, arguments)
+    try:
+        known = _TAKES.get(function)
+    except TypeError:  # not weakly referenceable: checked each time
+        known = None
+    if known is not None and key in known:
+        return True
+    try:
+        inspect.signature(method).bind(*range(arguments))
+    except (TypeError, ValueError):
+        return False
+    with contextlib.suppress(TypeError):  # not weakly referenceable: not remembered
+        _TAKES.setdefault(function, set()).add(key)
+    return True
 
 
 def _shape_of(entry: object) -> str:

@@ -76,6 +76,70 @@ async def test_a_monitor_that_is_not_a_scalar_is_an_error() -> None:
         await run_session([hook], losses_step(LOSSES), state=new_state(), max_steps=12)
 
 
+def record_requests(hook: EarlyStoppingHook) -> list[monitored.SessionRunArgs | None]:
+    """What ``hook.before_run`` returns at each step (call before the session starts)."""
+    before_run = hook.before_run
+    asked: list[monitored.SessionRunArgs | None] = []
+
+    def recording(run_context: monitored.SessionRunContext) -> Any:
+        asked.append(before_run(run_context))
+        return asked[-1]
+
+    hook.before_run = recording  # type: ignore[method-assign]
+    return asked
+
+
+async def test_a_host_number_is_read_from_the_outputs_without_a_fetch() -> None:
+    hook = EarlyStoppingHook("loss", patience=2)
+    asked = record_requests(hook)
+    result = await run_session([hook], losses_step(LOSSES), state=new_state(), max_steps=12)
+    assert result.state.global_step == 7
+    assert (hook.best, hook.best_step, hook.stopped_step) == (pytest.approx(2.9), 5, 7)
+    # The first check fetches (where the value lives is not known yet); it finds a
+    # NumPy scalar among the outputs, read there from then on.
+    assert asked[0] is not None
+    assert asked[0].fetches == {"loss": "loss"}
+    assert asked[1:] == [None] * 6
+
+
+@pytest.mark.parametrize(
+    "as_array",
+    [
+        pytest.param(lambda x: np.array(x, np.float32), id="0-d array"),
+        pytest.param(lambda x: np.full(1, x), id="one-element array"),
+    ],
+)
+async def test_a_value_that_stops_being_a_host_number_is_fetched_again(as_array: Any) -> None:
+    """Steps 1-3 return a NumPy scalar, the later ones an array: each is judged in its step."""
+
+    def step(state: monitored.TrainState) -> dict[str, Any]:
+        state.global_step += 1
+        loss = LOSSES[state.global_step - 1]
+        return {"loss": np.float32(loss) if state.global_step <= 3 else as_array(loss)}
+
+    hook = EarlyStoppingHook("loss", patience=2)
+    asked = record_requests(hook)
+    result = await run_session([hook], step, state=new_state(), max_steps=12)
+    assert result.state.global_step == 7
+    assert (hook.best, hook.best_step, hook.stopped_step) == (pytest.approx(2.9), 5, 7)
+    # Step 4's array is fetched by the hook itself (asked nothing that step); from
+    # step 5 on, through the step's fetch again.
+    assert [a is not None for a in asked] == [True, False, False, False, True, True, True]
+
+
+async def test_a_state_entry_is_watched_through_the_fetch() -> None:
+    def step(state: monitored.TrainState) -> dict[str, Any]:
+        state.global_step += 1
+        state["w"][...] = LOSSES[state.global_step - 1]
+        return {}
+
+    hook = EarlyStoppingHook("w", patience=2, mode="min")
+    asked = record_requests(hook)
+    result = await run_session([hook], step, state=new_state(), max_steps=12)
+    assert result.state.global_step == 7
+    assert all(a is not None for a in asked)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

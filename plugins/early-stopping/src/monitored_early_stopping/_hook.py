@@ -5,7 +5,10 @@ The value comes from a training output (or state entry) fetched every
 evaluation results as they are reported (the ``after_evaluate`` hook, or
 :meth:`EarlyStoppingHook.observe` called by hand). The stop goes through ``request_stop``, the
 session's one stop decision. On steps where no check is due the hook fetches
-nothing and creates no coroutine.
+nothing and creates no coroutine. A value that the step returns as a host number
+(a Python or NumPy scalar, the common loss) is read from the step's outputs, with
+no fetch: a fetch would hand over the same immutable value; anything else (an
+array, a device value, a state entry) goes through the step's batched fetch.
 """
 
 from __future__ import annotations
@@ -34,6 +37,11 @@ __all__ = ["EarlyStoppingHook", "stop_if_no_decrease_hook", "stop_if_no_increase
 log = logging.getLogger("monitored.early_stopping")
 
 _BEST_BASENAME: Final = "best"
+#: Types of step outputs read as they are, without a fetch: host numbers, immutable,
+#: which the session's fetch would hand over unchanged (or as a 0-d copy).
+_HOST_SCALARS: Final = frozenset(
+    {float, int, np.float16, np.float32, np.float64, np.int32, np.int64}
+)
 #: What ``best_checkpoint_dir`` needs of the provider of "checkpoint" (``monitored.hookspecs``).
 _BEST_HOOKS: Final = ("save_checkpoint", "restore_checkpoint")
 _BEST_NEEDS: Final = "EarlyStoppingHook: best_checkpoint_dir saves and restores checkpoints"
@@ -128,6 +136,9 @@ class EarlyStoppingHook:
         self._args = SessionRunArgs({monitor: optional(monitor)})
         self._next_check = 0
         self._due = False
+        #: Whether the last check found the value as a host number among the step's
+        #: outputs: the next check then reads it there instead of fetching it.
+        self._direct = False
         self._ema: float | None = None
         #: Values judged by this hook object (an evaluation watcher that judged none warns).
         self._judged = 0
@@ -166,8 +177,9 @@ class EarlyStoppingHook:
     def before_run(self, run_context: SessionRunContext) -> SessionRunArgs | None:
         # Checks fall on multiples of every_n_steps, so a resumed run checks the same steps.
         next_check = self._next_check
-        self._due = next_check >= 0 and run_context.session.state.global_step + 1 >= next_check
-        return self._args if self._due else None
+        step = run_context.session.state.global_step
+        due = self._due = next_check >= 0 and step + 1 >= next_check
+        return self._args if due and not self._direct else None
 
     def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> Any:
         if not self._due:
@@ -179,14 +191,24 @@ class EarlyStoppingHook:
         self._next_check = (step // n + 1) * n
         if n > 1:
             session.skip_step_hooks(self, self._next_check)
-        raw = (run_values.results or {}).get(self.monitor)
+        current = session.last_outputs.get(self.monitor)
+        direct = type(current) in _HOST_SCALARS
+        if self._direct:
+            raw = current
+            if not direct:
+                # No longer a host number: fetched now, this once (the same value the
+                # step's fetch would have brought), and with the step's fetch from now on.
+                raw = session.fetch(self._args.fetches).get(self.monitor)
+        else:
+            raw = (run_values.results or {}).get(self.monitor)
+        self._direct = direct
         if raw is None:
             raise MonitoredValueError(
                 f"EarlyStoppingHook: monitor {self.monitor!r} is not available at step {step}: "
                 f"the step returned outputs {sorted(session.last_outputs)} and the state has "
                 f"entries {sorted(session.state)}"
             )
-        value = self._scalar(raw, step)
+        value = float(raw) if direct else self._scalar(raw, step)
         if self.smoothing:
             ema = self._ema
             value = value if ema is None else self.smoothing * ema + (1 - self.smoothing) * value
