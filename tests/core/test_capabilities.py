@@ -71,6 +71,21 @@ async def test_an_explicit_hook_takes_the_capability_over_and_the_plugin_says_so
     assert module.SEEN == [1]
 
 
+async def test_the_loaded_plugins_line_lists_a_plugin_that_stepped_aside_as_such(
+    fake_plugin: Any, state: TrainState, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An installed plugin left out of the line would read as one that is missing."""
+    fake_plugin("guard", GUARD_PLUGIN, dist="third-guard")
+    caplog.set_level(logging.INFO, logger="monitored")
+    async with monitored.MonitoredSession(state, hooks=[ExplicitGuard()]):
+        pass
+    [line] = said(caplog, "Loaded plugins")
+    assert (
+        "guard (third-guard 1.0; stepped aside: ExplicitGuard in hooks[0] provides 'nan_guard')"
+        in line
+    )
+
+
 async def test_plugins_of_other_capabilities_stay(fake_plugin: Any, state: TrainState) -> None:
     fake_plugin("guard", GUARD_PLUGIN)
     fake_plugin("other", "provides = ['progress']\ndef before_run(): pass\n")

@@ -136,7 +136,16 @@ class PluginRegistration:
                 statuses[call.info.name] = status
         for name in self._idle_suppliers:
             statuses.setdefault(name, "inactive: it supplied no cluster, this process trains alone")
-        _log_plugins(self._plan.infos, self._plugins_log_level, statuses)
+        for step_aside in stepped_aside:
+            statuses.setdefault(
+                step_aside.plugin.name,
+                f"stepped aside: {step_aside.owner} provides {step_aside.capability!r}",
+            )
+        _log_plugins(
+            [*self._plan.infos, *(s.plugin for s in stepped_aside)],
+            self._plugins_log_level,
+            statuses,
+        )
         for step_aside in stepped_aside:
             log.log(step_aside.level(self._plugins_log_level), "%s", step_aside.message())
         self._stepped_aside = tuple(stepped_aside)
