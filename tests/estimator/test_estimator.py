@@ -484,3 +484,25 @@ async def test_a_model_directory_named_with_control_characters_is_logged_escaped
     assert any(message.startswith("Evaluating") for message in named)
     for message in named:
         assert_safe_line(message)
+
+
+async def test_a_model_fn_that_never_increases_the_global_step_is_named_in_the_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stalled-step warning names the user's model_fn, not the estimator's internals."""
+    x, y = _data()
+
+    def frozen_model_fn(
+        features: Any, labels: Any, mode: str, params: dict[str, Any]
+    ) -> EstimatorSpec:
+        spec = logistic_model_fn(features, labels, mode, params)
+        return EstimatorSpec(mode, loss=spec.loss, train_op=lambda: None)
+
+    est = Estimator(frozen_model_fn, model_dir=tmp_path, params={"optimizer": OPTIMIZER})
+    caplog.set_level(logging.WARNING, logger="monitored")
+    # One epoch of 16 batches ends the training (the global step would never reach a max).
+    await est.train(numpy_input_fn(x, y, batch_size=16, shuffle=False, num_epochs=1))
+    [warning] = [r.getMessage() for r in caplog.records if "not been increased" in r.getMessage()]
+    assert "step function model_fn " in warning
+    assert "frozen_model_fn (TRAIN)" in warning
+    assert "_train_step" not in warning

@@ -189,6 +189,7 @@ class Estimator:
         self._model_fn = model_fn
         self._params = dict(params) if params is not None else {}
         self._warm_start_from = os.fspath(warm_start_from) if warm_start_from is not None else None
+        self._train_step = _named(self._run_train_step, f"model_fn {_name(model_fn)} (TRAIN)")
 
     # -- TF's properties ----------------------------------------------------------------
     @property
@@ -486,7 +487,7 @@ class Estimator:
             **config.session_options(),
         )
 
-    def _train_step(self, state: TrainState, batch: Any) -> dict[str, Any]:
+    def _run_train_step(self, state: TrainState, batch: Any) -> dict[str, Any]:
         features, labels = split_batch(batch)
         spec = self._call(features, labels, ModeKeys.TRAIN, state)
         if callable(spec.train_op):
@@ -622,6 +623,19 @@ def _rows(predictions: Any) -> int:
 def _host(value: Any) -> np.ndarray[Any, Any]:
     """``value`` as a NumPy array (a CuPy array copied to the host)."""
     return to_host([value])[0] if is_array(value) else np.asarray(value)
+
+
+def _named(
+    step: Callable[[TrainState, Any], dict[str, Any]], name: str
+) -> Callable[[TrainState, Any], dict[str, Any]]:
+    """``step`` under ``name``: what the session's messages call the step function
+    (a stalled global step names the model_fn, not the estimator's internals)."""
+
+    def train_step(state: TrainState, batch: Any) -> dict[str, Any]:
+        return step(state, batch)
+
+    train_step.__name__ = train_step.__qualname__ = name
+    return train_step
 
 
 def _name(fn: object) -> str:
