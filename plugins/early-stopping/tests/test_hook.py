@@ -13,9 +13,11 @@ from monitored.testing import record_step_calls, run_session
 from monitored_early_stopping import (
     EarlyStoppingConfigError,
     EarlyStoppingHook,
+    EarlyStoppingStateError,
     MonitoredValueError,
     stop_if_no_decrease_hook,
 )
+from monitored_early_stopping._rules import KerasRule, NoImprovementRule
 
 pytestmark = pytest.mark.anyio
 
@@ -350,3 +352,69 @@ async def test_the_best_checkpoint_is_logged_escaped(
     assert any("restored the best state from" in message for message in named)
     for message in named:
         assert_safe_line(message)
+
+
+@pytest.mark.parametrize(
+    ("state", "match"),
+    [
+        ({}, r"no rule \(a mapping\), got NoneType"),
+        ({"rule": []}, r"no rule \(a mapping\), got list"),
+        ({"rule": {"best": 1.0}}, r"has no rule\.best_step \(an integer >= 0 or null\)"),
+        (
+            {"rule": {**KerasRule("min").state_dict(), "best": "0.1"}},
+            r"rule\.best is '0\.1' \(str\); expected a number or null",
+        ),
+        (
+            {"rule": {**KerasRule("min").state_dict(), "wait": None}},
+            r"rule\.wait is None \(NoneType\); expected an integer >= 0",
+        ),
+        (
+            {"rule": {**KerasRule("min").state_dict(), "index": -1}},
+            r"rule\.index is -1 \(int\); expected an integer >= 0",
+        ),
+        (
+            {"rule": {**KerasRule("min").state_dict(), "best_step": True}},
+            r"rule\.best_step is True \(bool\)",
+        ),
+        (
+            {"rule": KerasRule("min").state_dict(), "ema": [1]},
+            r"state\.ema is \[1\] \(list\); expected a number or null",
+        ),
+        (
+            {"rule": KerasRule("min").state_dict(), "best_checkpoint": 3},
+            r"state\.best_checkpoint is 3 \(int\); expected a string or null",
+        ),
+    ],
+)
+def test_a_restored_state_of_the_wrong_shape_is_refused_naming_the_field(
+    state: dict[str, Any], match: str
+) -> None:
+    """A checkpoint may come from elsewhere: refused when restored, not at a later check."""
+    with pytest.raises(EarlyStoppingStateError, match=match):
+        EarlyStoppingHook("loss", patience=2).load_plugin_state(state)
+
+
+def test_a_restored_state_of_the_tf1_rule_is_checked_too() -> None:
+    hook = EarlyStoppingHook("loss", patience=2)
+    hook.rule = NoImprovementRule("min", 10)
+    with pytest.raises(EarlyStoppingStateError, match=r"rule\.stopped_step is 'x'"):
+        hook.load_plugin_state({"rule": {"best": 1, "best_step": 2, "stopped_step": "x"}})
+    hook.load_plugin_state({"rule": {"best": 1, "best_step": 2, "stopped_step": None}})
+    assert (hook.rule.best, hook.rule.best_step) == (1, 2)
+
+
+def test_a_hostile_value_in_a_restored_state_is_named_escaped() -> None:
+    bad = {**KerasRule("min").state_dict(), "best": "\x1b]52;c;ZWNobw==\x07\nforged"}
+    with pytest.raises(EarlyStoppingStateError) as info:
+        EarlyStoppingHook("loss", patience=2).load_plugin_state({"rule": bad})
+    message = str(info.value)
+    assert not {"\x1b", "\x07", "\n"} & set(message)
+
+
+def test_a_state_saved_by_the_hook_is_restored_as_it_was() -> None:
+    hook = EarlyStoppingHook("loss", patience=2)
+    for step, value in enumerate([3.0, 2.0, 2.5], start=1):
+        hook.rule.observe(step, value)
+    again = EarlyStoppingHook("loss", patience=2)
+    again.load_plugin_state(hook.plugin_state())
+    assert again.plugin_state() == hook.plugin_state()

@@ -16,7 +16,12 @@ from importlib.metadata import PackageNotFoundError, version
 
 from monitored import PrintableFilter as _PrintableFilter
 
-from ._errors import EarlyStoppingConfigError, EarlyStoppingError, MonitoredValueError
+from ._errors import (
+    EarlyStoppingConfigError,
+    EarlyStoppingError,
+    EarlyStoppingStateError,
+    MonitoredValueError,
+)
 from ._hook import EarlyStoppingHook, stop_if_no_decrease_hook, stop_if_no_increase_hook
 from ._rules import Decision, KerasRule, NoImprovementRule, Rule, infer_mode
 
@@ -34,6 +39,7 @@ __all__ = [
     "EarlyStoppingConfigError",
     "EarlyStoppingError",
     "EarlyStoppingHook",
+    "EarlyStoppingStateError",
     "KerasRule",
     "MonitoredValueError",
     "NoImprovementRule",

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from monitored import MonitoredError
 
-__all__ = ["EarlyStoppingConfigError", "EarlyStoppingError", "MonitoredValueError"]
+__all__ = [
+    "EarlyStoppingConfigError",
+    "EarlyStoppingError",
+    "EarlyStoppingStateError",
+    "MonitoredValueError",
+]
 
 
 class EarlyStoppingError(MonitoredError):
@@ -17,3 +22,8 @@ class EarlyStoppingConfigError(EarlyStoppingError, ValueError):
 
 class MonitoredValueError(EarlyStoppingError, LookupError):
     """The monitored value is missing at a check (an unknown name) or is not a scalar."""
+
+
+class EarlyStoppingStateError(EarlyStoppingError, ValueError):
+    """The state restored from a checkpoint is not one this plugin saved (a field missing
+    or of the wrong kind): refused when restored, not met as a crash at a later check."""

@@ -26,8 +26,8 @@ import numpy as np
 import monitored
 from monitored import PluginError, Provider, SessionRunArgs, is_device_array, optional, to_host
 
-from ._errors import EarlyStoppingConfigError, MonitoredValueError
-from ._rules import KerasRule, NoImprovementRule, Rule, infer_mode
+from ._errors import EarlyStoppingConfigError, EarlyStoppingStateError, MonitoredValueError
+from ._rules import KerasRule, NoImprovementRule, Rule, infer_mode, saved_field
 
 if TYPE_CHECKING:
     from monitored import Coordinator, MonitoredSession, SessionRunContext, SessionRunValues
@@ -256,9 +256,17 @@ class EarlyStoppingHook:
         }
 
     def load_plugin_state(self, state: dict[str, Any]) -> None:
-        self.rule.load_state_dict(state["rule"])
-        self._ema = state.get("ema")
-        self.best_checkpoint = state.get("best_checkpoint")
+        rule = state.get("rule")
+        if not isinstance(rule, Mapping):
+            raise EarlyStoppingStateError(
+                "early stopping: the restored state has no rule (a mapping), got "
+                f"{type(rule).__name__}"
+            )
+        self.rule.load_state_dict(rule)
+        self._ema = saved_field({"ema": None, **state}, "ema", "number", "state")
+        self.best_checkpoint = saved_field(
+            {"best_checkpoint": None, **state}, "best_checkpoint", "text", "state"
+        )
 
     # -- values from elsewhere ----------------------------------------------------------------
     def after_evaluate(

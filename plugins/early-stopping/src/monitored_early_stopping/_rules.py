@@ -10,12 +10,15 @@ JSON-serializable dict so that a resumed run decides as an uninterrupted one.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, final
 
-from ._errors import EarlyStoppingConfigError
+from monitored import printable
 
-__all__ = ["Decision", "KerasRule", "NoImprovementRule", "Rule", "infer_mode"]
+from ._errors import EarlyStoppingConfigError, EarlyStoppingStateError
+
+__all__ = ["Decision", "KerasRule", "NoImprovementRule", "Rule", "infer_mode", "saved_field"]
 
 Mode = Literal["auto", "min", "max"]
 
@@ -91,7 +94,7 @@ class Rule(Protocol):
 
     def state_dict(self) -> dict[str, Any]: ...
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
 
 
 @final
@@ -176,13 +179,14 @@ class KerasRule:
             "stopped_step": self.stopped_step,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.best = state["best"]
-        self.best_step = state["best_step"]
-        self.best_index = state["best_index"]
-        self.index = state["index"]
-        self.wait = state["wait"]
-        self.stopped_step = state["stopped_step"]
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        where = "rule"
+        self.best = saved_field(state, "best", "number", where)
+        self.best_step = saved_field(state, "best_step", "step", where)
+        self.best_index = saved_field(state, "best_index", "step", where)
+        self.index = saved_field(state, "index", "count", where)
+        self.wait = saved_field(state, "wait", "count", where)
+        self.stopped_step = saved_field(state, "stopped_step", "step", where)
 
 
 @final
@@ -223,7 +227,46 @@ class NoImprovementRule:
     def state_dict(self) -> dict[str, Any]:
         return {"best": self.best, "best_step": self.best_step, "stopped_step": self.stopped_step}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.best = state["best"]
-        self.best_step = state["best_step"]
-        self.stopped_step = state["stopped_step"]
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        where = "rule"
+        self.best = saved_field(state, "best", "number", where)
+        self.best_step = saved_field(state, "best_step", "step", where)
+        self.stopped_step = saved_field(state, "stopped_step", "step", where)
+
+
+#: What each kind of saved field may hold, said in the error when it holds something else.
+_KINDS: Final = {
+    "number": "a number or null",
+    "step": "an integer >= 0 or null",
+    "count": "an integer >= 0",
+    "text": "a string or null",
+}
+
+
+def saved_field(state: Mapping[str, Any], key: str, kind: str, where: str) -> Any:
+    """``state[key]``, checked to be of ``kind`` (a key of ``_KINDS``).
+
+    A checkpoint may come from elsewhere: a field missing or of the wrong type is an
+    :class:`EarlyStoppingStateError` naming it, when the state is restored.
+    """
+    if key not in state:
+        raise EarlyStoppingStateError(
+            f"early stopping: the restored state has no {where}.{key} ({_KINDS[kind]})"
+        )
+    value = state[key]
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if value is None:
+        ok = kind != "count"
+    elif kind == "number":
+        ok = is_int or isinstance(value, float)
+    elif kind == "text":
+        ok = isinstance(value, str)
+    else:
+        ok = is_int and value >= 0
+    if not ok:
+        shown = printable(repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "...")
+        raise EarlyStoppingStateError(
+            f"early stopping: the restored {where}.{key} is {shown} "
+            f"({type(value).__name__}); expected {_KINDS[kind]}"
+        )
+    return value
