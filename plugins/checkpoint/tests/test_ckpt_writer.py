@@ -118,6 +118,41 @@ def test_writer_thread_ends_when_closed_and_restarts_on_demand() -> None:
             assert not t.is_alive()
 
 
+def test_a_started_writer_waits_idle_for_its_first_write_and_ends_when_closed() -> None:
+    coord = Coordinator()
+    writer = BackgroundWriter(coord, name="test-started-writer")
+    writer.start()  # the saver hook's begin: the first save's step does not start it
+    [thread] = [t for t in threading.enumerate() if t.name == "test-started-writer"]
+    assert thread.is_alive()
+    assert not writer.busy
+    first = writer.submit(1, "a", lambda: "a")
+    assert writer.wait_blocking(10)
+    second = writer.submit(2, "b", lambda: "b")
+    assert writer.wait_blocking(10)
+    assert [first.path, second.path] == ["a", "b"]
+    # Each write has its own `done` (the next one's is made ahead by the thread).
+    assert first.done is not second.done
+    assert first.done.is_set()
+    assert second.done.is_set()
+    assert [t for t in threading.enumerate() if t.name == "test-started-writer"] == [thread]
+    writer.close()
+    thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_a_write_submitted_as_the_idle_thread_ends_is_not_lost() -> None:
+    """The thread ends only with nothing queued: a write handed over while it
+    decides to end runs, in it or in a new thread (many trials)."""
+    writer = BackgroundWriter(name="test-racing-writer")
+    for step in range(200):
+        writer.start()
+        writer.close()  # the thread may be ending now
+        job = writer.submit(step, f"s{step}", lambda step=step: f"s{step}")
+        assert writer.wait_blocking(10), f"write {step} was lost"
+        assert job.path == f"s{step}"
+    writer.close()
+
+
 @pytest.mark.anyio
 async def test_writer_wait_does_not_block_the_event_loop() -> None:
     import anyio

@@ -271,26 +271,62 @@ class Snapshot:
     """Everything one checkpoint holds, in host memory, taken at one step boundary.
 
     The arrays are C-contiguous little-endian NumPy arrays that nobody else
-    writes to while the snapshot is being saved; the RNG and plugin states are
-    deep copies already checked to be JSON-serializable.
+    writes to while the snapshot is being saved. The RNG and plugin states are
+    captured on the loop in the cheapest form that nothing can change later, and
+    made the manifest's JSON values on first use of :attr:`rng` and
+    :attr:`plugins`, by the writer's thread (issue 33: the step loop only copies):
+
+    * the RNG state as ``TrainState.rng_state`` gives it: NumPy builds new
+      objects (ints, a new array) at each read of ``bit_generator.state``, so
+      nothing the loop does later reaches them; :func:`encode_rng_state` makes
+      them JSON;
+    * the plugin states as JSON text (``json.dumps`` on the loop: a deep copy,
+      and a state that is not JSON-serializable raises there, naming its plugin),
+      parsed back by the writer.
     """
 
-    __slots__ = ("arrays", "created", "modules", "plugins", "rng", "step")
+    __slots__ = (
+        "_plugins",
+        "_plugins_text",
+        "_rng",
+        "_rng_raw",
+        "arrays",
+        "created",
+        "modules",
+        "step",
+    )
 
     def __init__(
         self,
         step: int,
         arrays: dict[str, np.ndarray[Any, Any]],
         modules: dict[str, str],
-        rng: dict[str, Any],
-        plugins: dict[str, Any],
+        rng: Any,
+        plugins: dict[str, Any] | str,
     ) -> None:
         self.step = step
         self.arrays = arrays
         self.modules = modules
-        self.rng = rng
-        self.plugins = plugins
+        self._rng_raw = rng
+        self._rng: dict[str, Any] | None = None
+        self._plugins_text = plugins if isinstance(plugins, str) else None
+        self._plugins: dict[str, Any] | None = None if isinstance(plugins, str) else plugins
         self.created = time.time()
+
+    @property
+    def rng(self) -> dict[str, Any]:
+        """The RNG state as the manifest holds it (JSON values)."""
+        if self._rng is None:
+            self._rng = _json_copy(encode_rng_state(self._rng_raw), "the RNG state")
+        return self._rng
+
+    @property
+    def plugins(self) -> dict[str, Any]:
+        """Each plugin's saved state as the manifest holds it (JSON values)."""
+        if self._plugins is None:
+            assert self._plugins_text is not None
+            self._plugins = json.loads(self._plugins_text)
+        return self._plugins
 
     @property
     def nbytes(self) -> int:
@@ -310,20 +346,36 @@ def take_snapshot(
     With ``copy=False`` NumPy arrays that are already C-contiguous and
     little-endian are used as they are: only for a save that finishes before the
     state changes again. CuPy arrays always go through host memory.
+
+    What the step loop waits for at each save: the copies, then as little as
+    can be (see :class:`Snapshot` for what is left to the writer).
     """
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     modules: dict[str, str] = {}
     storable = _STORABLE
     for name, array in state.items():
-        dtype = np.dtype(array.dtype)
+        dtype = array.dtype
         if dtype not in storable:
+            dtype = np.dtype(dtype)
             dtype_tag(dtype, name)  # raises for a dtype safetensors cannot store
             storable.add(dtype)
-        little = dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
-        shape = tuple(int(n) for n in array.shape)
-        if is_device_array(array):
+        if isinstance(array, np.ndarray):  # the common case, first
+            little = dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
+            if not copy and little == dtype and array.flags.c_contiguous:
+                host = array
+            else:
+                # A NumPy array's shape is a tuple of ints already.
+                host = (
+                    buffers.get(name, array.shape, little, pinned=False)
+                    if buffers is not None
+                    else np.empty(array.shape, little)
+                )
+                np.copyto(host, array, casting="equiv")
+            modules[name] = "numpy"
+        else:  # CuPy (a TrainState holds NumPy or CuPy arrays only)
             import cupy
 
+            shape = tuple(int(n) for n in array.shape)
             # CuPy arrays are always in native (little-endian) byte order.
             host = (
                 buffers.get(name, shape, dtype, pinned=True)
@@ -335,28 +387,29 @@ def take_snapshot(
             # into shape (1,), which ``get`` refuses for a 0-d ``host``.
             cupy.asnumpy(array, out=host)
             modules[name] = "cupy"
-        else:
-            if not copy and little == dtype and array.flags.c_contiguous:
-                host = array
-            else:
-                host = (
-                    buffers.get(name, shape, little, pinned=False)
-                    if buffers is not None
-                    else np.empty(shape, little)
-                )
-                np.copyto(host, array, casting="equiv")
-            modules[name] = "numpy"
         arrays[name] = host
     return Snapshot(
         state.global_step,
         arrays,
         modules,
-        _json_copy(encode_rng_state(state.rng_state), "the RNG state"),
-        {
-            plugin: _json_copy(dict(entry), f"the state of plugin {plugin!r}")
-            for plugin, entry in (plugin_states or {}).items()
-        },
+        state.rng_state,
+        _plugins_text(plugin_states) if plugin_states else {},
     )
+
+
+def _plugins_text(plugin_states: Mapping[str, Any]) -> str:
+    """``plugin_states`` as JSON text: a copy that nothing changes later.
+
+    One ``json.dumps`` for all; if it fails, each plugin's state is tried on
+    its own, so the error names the plugin whose state cannot be saved.
+    """
+    states = {plugin: dict(entry) for plugin, entry in plugin_states.items()}
+    try:
+        return json.dumps(states)
+    except (TypeError, ValueError):
+        for plugin, entry in states.items():
+            _json_copy(entry, f"the state of plugin {plugin!r}")
+        raise  # pragma: no cover - one of them failed on its own
 
 
 def _json_copy(value: Any, what: str) -> Any:
