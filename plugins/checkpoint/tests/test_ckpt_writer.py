@@ -180,6 +180,63 @@ async def test_writer_wait_does_not_block_the_event_loop() -> None:
 
 
 # -- stores ---------------------------------------------------------------------------------------
+def test_a_local_write_of_many_buffers_survives_short_writevs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``writev`` may write less than asked: every byte still lands, in order."""
+    from monitored_checkpoint import _store
+
+    real = os.writev
+    calls: list[int] = []
+
+    def short(fd: int, buffers: list[Any]) -> int:
+        calls.append(len(buffers))
+        first = memoryview(buffers[0]).cast("B")
+        return real(fd, [first[: max(1, first.nbytes // 3)]])  # a third of the first, at most
+
+    monkeypatch.setattr(_store.os, "writev", short)
+    parts = [bytes([i]) * (7 + 5 * i) for i in range(40)]  # more than one writev takes
+    store = open_store(str(tmp_path))
+    store.write("f.bin", lambda f: f.write_views([memoryview(p) for p in parts]))  # type: ignore[attr-defined]
+    assert (tmp_path / "f.bin").read_bytes() == b"".join(parts)
+    assert max(calls) <= 16
+    assert len(calls) > len(parts)
+
+
+def test_temporary_names_are_unique_and_name_their_process_also_in_a_fork() -> None:
+    from monitored_checkpoint import _store
+    from monitored_checkpoint._saver import _writer_alive
+
+    names = {_store._temp_names.next() for _ in range(1000)}
+    assert len(names) == 1000
+    assert all(n.startswith(f"{os.getpid()}-") for n in names)
+    assert _writer_alive(f".model.ckpt-1.json.tmp-{next(iter(names))}")
+    # A fork, in a fresh single-threaded interpreter: the child's names carry its pid.
+    script = textwrap.dedent(
+        """
+        import os
+        from monitored_checkpoint import _store
+
+        parent = _store._temp_names.next()
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.write(write, _store._temp_names.next().encode())
+            os._exit(0)
+        os.close(write)
+        child = os.read(read, 100).decode()
+        os.waitpid(pid, 0)
+        print(os.getpid(), pid, parent, child)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.split()
+    parent_pid, child_pid, parent_name, child_name = out
+    assert parent_name.startswith(f"{parent_pid}-")
+    assert child_name.startswith(f"{child_pid}-"), "a forked child names its files with its pid"
+
+
 def test_empty_directory_name_is_refused() -> None:
     with pytest.raises(CheckpointDirectoryError, match="empty"):
         open_store("")

@@ -147,9 +147,21 @@ _OUR_HEADER_START: Final = b'{"__metadata__":{"format":"' + FORMAT_NAME.encode()
 
 
 # -- dtypes ---------------------------------------------------------------------------------
+#: ``dtype.name`` by dtype: NumPy builds the name in Python at each read.
+_NAMES: Final[dict[np.dtype[Any], str]] = {}
+
+
+def dtype_name(dtype: np.dtype[Any]) -> str:
+    """``dtype.name``, remembered (the writer asks twice per array and save)."""
+    name = _NAMES.get(dtype)
+    if name is None:
+        name = _NAMES[dtype] = dtype.name
+    return name
+
+
 def dtype_tag(dtype: np.dtype[Any], name: str) -> str:
     """The safetensors tag for ``dtype``; ``name`` is the state entry, for the error."""
-    tag = _TAGS.get(dtype.name)
+    tag = _TAGS.get(dtype_name(dtype))
     if tag is None:
         raise UnsupportedArrayError(
             f"state entry {name!r} has dtype {dtype}, which safetensors cannot store; "
@@ -579,9 +591,14 @@ def write_checkpoint_files(store: Store, name: str, snapshot: Snapshot) -> dict[
     views = [memoryview(prefix), *(_byte_view(snapshot.arrays[n]) for n in order)]
 
     def write_data(file: BinaryIO) -> None:
+        write_views = getattr(file, "write_views", None)
+        if write_views is not None and total <= _CHUNK:
+            write_views(views)  # a local file: one ``writev`` for the header and every array
+            return
         for chunk in _chunks(views):
             write_all(file, chunk)
 
+    total = sum(v.nbytes for v in views)
     crc = _Crc32Thread(views)
     try:
         # Its rename is made durable with the manifest's directory sync, before
@@ -589,7 +606,7 @@ def write_checkpoint_files(store: Store, name: str, snapshot: Snapshot) -> dict[
         store.write(data_name, write_data, durable="later")
     finally:
         checksum = crc.result()
-    size = sum(v.nbytes for v in views)
+    size = total
     manifest = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -599,7 +616,7 @@ def write_checkpoint_files(store: Store, name: str, snapshot: Snapshot) -> dict[
         "plugins": snapshot.plugins,
         "arrays": {
             n: {
-                "dtype": a.dtype.name,
+                "dtype": dtype_name(a.dtype),
                 "shape": list(a.shape),
                 "module": snapshot.modules[n],
                 "file": data_name,

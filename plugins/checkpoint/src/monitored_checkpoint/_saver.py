@@ -1101,9 +1101,10 @@ def _delete_checkpoint(store: Store, name: str, *, ours: bool = False) -> None:
         return
     manifest, data = name + MANIFEST_SUFFIX, name + DATA_SUFFIX
     if ours:
+        store.check_owner()  # once for the checkpoint's two files
         for file in (manifest, data):
             with contextlib.suppress(FileNotFoundError):
-                store.remove(file)
+                store.remove(file, fenced=False)
         return
     names = set(store.list())
     for file in (manifest, data):
