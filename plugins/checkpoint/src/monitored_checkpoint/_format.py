@@ -73,6 +73,7 @@ __all__ = [
     "SnapshotBuffers",
     "check_session_plugin_states",
     "check_step_name",
+    "dtype_name",
     "load_json",
     "looks_like_our_data_file",
     "manifest_digest",
@@ -128,6 +129,8 @@ _TAGS: Final = {
 }
 #: dtypes that NumPy lacks and ``ml_dtypes`` provides.
 _ML_DTYPES: Final = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+#: The dtypes of :data:`_TAGS` that NumPy has, by name (a name is parsed once).
+_NUMPY_DTYPES: Final = {name: np.dtype(name) for name in _TAGS if name not in _ML_DTYPES}
 #: Bytes per item of each dtype of :data:`_TAGS`, known without importing ``ml_dtypes``.
 _ITEMSIZE: Final = {
     name: 1 if name.startswith("float8") else 2 if name == "bfloat16" else np.dtype(name).itemsize
@@ -184,7 +187,7 @@ def dtype_from_name(dtype_name: str, where: str) -> np.dtype[Any]:
             ) from None
         extension: np.dtype[Any] = np.dtype(getattr(ml_dtypes, dtype_name))
         return extension
-    return np.dtype(dtype_name)
+    return _NUMPY_DTYPES[dtype_name]
 
 
 # -- snapshots ----------------------------------------------------------------------------------
@@ -883,6 +886,21 @@ def _parse_arrays(arrays: Any, name: str, files: dict[str, FileInfo]) -> dict[st
     return parsed
 
 
+#: One bit generator of each kind per thread, to check RNG states on: a new one
+#: seeds itself from the OS (a fifth of a small restore's time).
+_TRIALS = threading.local()
+
+
+def _trial_generator(kind: str) -> Any:
+    trials: dict[str, Any] | None = getattr(_TRIALS, "generators", None)
+    if trials is None:
+        trials = _TRIALS.generators = {}
+    trial = trials.get(kind)
+    if trial is None:
+        trial = trials[kind] = getattr(np.random, kind)(0)
+    return trial
+
+
 def _parse_rng(rng: Any) -> dict[str, Any]:
     """The RNG state, checked by loading it into a fresh bit generator of its kind."""
     if not isinstance(rng, dict):
@@ -891,8 +909,7 @@ def _parse_rng(rng: Any) -> dict[str, Any]:
     if kind not in _BIT_GENERATORS:
         raise _Invalid(f"the RNG's bit generator {_show(kind)} is not one of NumPy's")
     try:
-        trial = getattr(np.random, kind)()
-        trial.state = decode_rng_state(rng)
+        _trial_generator(kind).state = decode_rng_state(rng)
     except (TypeError, ValueError, KeyError, OverflowError, AttributeError, IndexError) as exc:
         raise _Invalid(f"the RNG state is not a valid {kind} state ({_show(str(exc))})") from None
     return rng
@@ -1111,7 +1128,7 @@ def _check_header(
         nbytes = math.prod(shape) * dtype.itemsize
         start, end = entry["data_offsets"]
         if not (
-            entry.get("dtype") == _TAGS.get(dtype.name)
+            entry.get("dtype") == _TAGS.get(dtype_name(dtype))
             and entry.get("shape") == list(shape)
             and start == offset
             and end - start == nbytes

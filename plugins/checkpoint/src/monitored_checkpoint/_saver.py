@@ -54,6 +54,7 @@ from ._format import (
     Snapshot,
     check_session_plugin_states,
     check_step_name,
+    dtype_name,
     load_json,
     looks_like_our_data_file,
     parse_manifest,
@@ -362,7 +363,7 @@ def _check_match(state: TrainState, manifest: Manifest) -> None:
                 f"entry {name!r} has shape {info.shape} in the checkpoint and "
                 f"{tuple(array.shape)} in the state"
             )
-        if np.dtype(array.dtype).name != info.dtype:
+        if dtype_name(np.dtype(array.dtype)) != info.dtype:
             problems.append(
                 f"entry {name!r} has dtype {info.dtype} in the checkpoint and "
                 f"{np.dtype(array.dtype).name} in the state"
