@@ -16,8 +16,9 @@ host buffers already touched, timed right before or right after each save
 the same process. The **first** save is the first periodic save of a *resumed*
 session (a checkpoint exists, so none is written at creation): the one that
 used to allocate the snapshot buffers in the loop (the script keeps the CPU busy
-for 0.2 s before it, as ten steps of 20 ms would: the trivial steps here take
-microseconds, less than the thread that prepares the buffers needs).
+for 0.2 s five steps before it, as ten steps of 20 ms would: the trivial steps
+here take microseconds, less than the thread that prepares the buffers needs);
+its ratio is the median of ``--first`` resumed sessions.
 
 The previous write's ``after_save`` listeners (the summaries plugin's
 ``SessionLog.CHECKPOINT``) hear of it at the first step boundary after the write
@@ -33,7 +34,7 @@ spins instead, and the write's wait is a step away from the save.
 Usage::
 
     python benchmarks/save_stall.py [--sizes 1 64 512] [--saves 9] [--every 10]
-        [--deliver-in-save-step]
+        [--first 3] [--deliver-in-save-step]
 """
 
 from __future__ import annotations
@@ -123,9 +124,10 @@ async def _session(
                     write.done.wait()
                 else:
                     delivery = False
-            if saving and first:
-                # Ten trivial steps take microseconds; ten real ones, more
-                # than the thread that prepares the buffers needs.
+            if first and (sess.state.global_step + 5) % every == 0:
+                # Ten trivial steps take microseconds; ten real ones, more than
+                # the thread that prepares the buffers needs. A few steps follow,
+                # so the save's step finds the loop as warm as a training's.
                 _spin(0.2)
                 first = False
             floor_first = saving and len(stalls) % 2 == 0
@@ -146,7 +148,9 @@ async def _session(
     return [s - base for s in stalls], floors, plain, [d - base for d in delivering]
 
 
-def bench(size_mb: float, saves: int, every: int, root: Path, late: bool) -> dict[str, Any]:
+def bench(
+    size_mb: float, saves: int, every: int, root: Path, late: bool, resumed: int = 3
+) -> dict[str, Any]:
     count = 4
     per = int(size_mb * (1 << 20)) // 4 // count
     rng = np.random.default_rng(0)
@@ -154,13 +158,16 @@ def bench(size_mb: float, saves: int, every: int, root: Path, late: bool) -> dic
     directory = root / f"run-{size_mb:g}"
     stalls, floors, _, delivering = anyio.run(_session, directory, arrays, saves, every, late)
     # Resumed: the first periodic save is the first snapshot of the session.
-    first, first_floor, _, _ = anyio.run(_session, directory, arrays, 1, every, late)
+    firsts = []
+    for _ in range(resumed):
+        first, first_floor, _, _ = anyio.run(_session, directory, arrays, 1, every, late)
+        firsts.append(first[0] / first_floor[0])
     shutil.rmtree(directory, ignore_errors=True)
     return {
         "stall": statistics.median(stalls),
         "floor": statistics.median(floors),
         "ratios": [s / f for s, f in zip(stalls, floors, strict=True)],
-        "first": first[0] / first_floor[0],
+        "first": statistics.median(firsts),
         "delivery": statistics.median(delivering) if delivering else None,
     }
 
@@ -171,6 +178,7 @@ def main() -> None:
     parser.add_argument("--saves", type=int, default=9)
     parser.add_argument("--every", type=int, default=10)
     parser.add_argument("--dir", default=None)
+    parser.add_argument("--first", type=int, default=3, help="resumed sessions (first saves)")
     parser.add_argument(
         "--deliver-in-save-step",
         action="store_true",
@@ -193,7 +201,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="monitored-stall-", dir=args.dir))
     try:
         for size in args.sizes:
-            r = bench(size, args.saves, args.every, root, args.deliver_in_save_step)
+            r = bench(size, args.saves, args.every, root, args.deliver_in_save_step, args.first)
             ratios = r["ratios"]
             delivery = "-" if r["delivery"] is None else f"{r['delivery'] * 1e3:.2f} ms"
             print(

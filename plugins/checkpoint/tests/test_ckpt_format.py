@@ -212,6 +212,22 @@ def test_snapshot_buffers_are_reused_and_isolated() -> None:
     assert buffers.nbytes == 0
 
 
+def test_small_snapshot_buffers_are_prepared_at_once_large_ones_by_a_thread() -> None:
+    small = TrainState({"w": np.ones(1000, np.float32)})
+    buffers = SnapshotBuffers()
+    buffers.prepare(small)
+    assert buffers._preparing is None, "a few kilobytes: no thread"
+    assert buffers.nbytes == 4000
+    large = TrainState({"a": np.ones(1 << 20, np.float32), "b": np.ones(3, np.float64)})
+    buffers = SnapshotBuffers()
+    buffers.prepare(large)
+    assert buffers._preparing is not None, "4 MB: touched by a thread while training starts"
+    snapshot = take_snapshot(large, buffers=buffers)  # waits for that thread
+    assert buffers._preparing is None
+    assert buffers.nbytes == (4 << 20) + 24
+    assert snapshot.arrays["a"].tolist()[:3] == [1.0, 1.0, 1.0]
+
+
 def test_uncopied_snapshot_shares_contiguous_arrays() -> None:
     state = TrainState({"w": np.arange(4.0), "t": np.ones((2, 3)).T})
     snap = take_snapshot(state, copy=False)

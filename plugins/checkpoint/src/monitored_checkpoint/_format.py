@@ -198,6 +198,10 @@ _INLINE_CRC_BYTES: Final = 4 << 20
 _STORABLE: Final[set[np.dtype[Any]]] = set()
 
 
+#: Snapshot buffers smaller than this are prepared on the caller's thread.
+_PREPARE_INLINE_BYTES: Final = 2 << 20
+
+
 @final
 class SnapshotBuffers:
     """Host buffers reused from one snapshot to the next.
@@ -243,6 +247,12 @@ class SnapshotBuffers:
                 buffer.fill(0)  # NumPy releases the GIL: the loop goes on meanwhile
                 self._buffers[name] = buffer
 
+        total = sum(math.prod(shape) * dtype.itemsize for shape, dtype in wanted.values())
+        if total < _PREPARE_INLINE_BYTES:
+            # Cheaper than a thread's start, and the buffers are then in this
+            # thread's cache rather than another core's.
+            touch()
+            return
         self._preparing = threading.Thread(target=touch, name="checkpoint-buffers", daemon=True)
         self._preparing.start()
 
