@@ -168,6 +168,37 @@ def test_plugin_state_that_is_not_json_names_the_plugin() -> None:
         take_snapshot(state, {"early": {"when": object()}})
 
 
+def test_a_snapshot_holds_the_rng_and_plugin_states_of_its_step(ckpt_dir: str) -> None:
+    """The writer makes the RNG and plugin states JSON (issue 33), from what the
+    snapshot captured: a generator drawn from and a plugin state changed after
+    the snapshot do not reach the checkpoint."""
+    state = TrainState({"w": np.zeros(2)}, global_step=3)
+    rng_then = state.rng_state
+    plugin = {"version": 1, "state": {"best": 1.5, "history": [1, 2]}}
+    snapshot = take_snapshot(state, {"early": plugin})
+    state.rng.random(10)  # the loop goes on before the writer runs
+    plugin["state"]["best"] = 0.5
+    plugin["state"]["history"].append(3)
+    store = open_store(ckpt_dir)
+    store.ensure_directory()
+    manifest = write_checkpoint(store, "model.ckpt-3", snapshot)
+    assert manifest.rng_state == rng_then
+    assert manifest.plugins == {"early": {"version": 1, "state": {"best": 1.5, "history": [1, 2]}}}
+    restored = TrainState({"w": np.zeros(2)})
+    restored.rng_state = manifest.rng_state
+    again = TrainState({"w": np.zeros(2)})
+    again.rng_state = rng_then
+    assert restored.rng.random(4).tolist() == again.rng.random(4).tolist()
+
+
+def test_plugin_states_that_are_not_json_name_the_first_bad_plugin() -> None:
+    state = TrainState({"w": np.zeros(2)})
+    good = {"version": 1, "state": {"n": 1}}
+    bad = {"version": 1, "state": {"f": float}}
+    with pytest.raises(CheckpointError, match="plugin 'second'.*JSON"):
+        take_snapshot(state, {"first": good, "second": bad, "third": good})
+
+
 def test_snapshot_buffers_are_reused_and_isolated() -> None:
     state = TrainState({"w": np.arange(4.0)})
     buffers = SnapshotBuffers()
@@ -179,6 +210,22 @@ def test_snapshot_buffers_are_reused_and_isolated() -> None:
     assert buffers.nbytes == 32
     buffers.clear()
     assert buffers.nbytes == 0
+
+
+def test_small_snapshot_buffers_are_prepared_at_once_large_ones_by_a_thread() -> None:
+    small = TrainState({"w": np.ones(1000, np.float32)})
+    buffers = SnapshotBuffers()
+    buffers.prepare(small)
+    assert buffers._preparing is None, "a few kilobytes: no thread"
+    assert buffers.nbytes == 4000
+    large = TrainState({"a": np.ones(1 << 20, np.float32), "b": np.ones(3, np.float64)})
+    buffers = SnapshotBuffers()
+    buffers.prepare(large)
+    assert buffers._preparing is not None, "4 MB: touched by a thread while training starts"
+    snapshot = take_snapshot(large, buffers=buffers)  # waits for that thread
+    assert buffers._preparing is None
+    assert buffers.nbytes == (4 << 20) + 24
+    assert snapshot.arrays["a"].tolist()[:3] == [1.0, 1.0, 1.0]
 
 
 def test_uncopied_snapshot_shares_contiguous_arrays() -> None:

@@ -453,6 +453,26 @@ async def test_a_resumed_session_prepares_its_snapshot_buffers(ckpt_dir: str) ->
         assert buffers.nbytes == sum(a.nbytes for a in state.values())
 
 
+async def test_the_writer_thread_is_started_at_begin_not_in_the_first_saves_step(
+    ckpt_dir: str,
+) -> None:
+    await train(ckpt_dir, 2)
+    state = new_state()
+    hook = CheckpointSaverHook(ckpt_dir, save_steps=2)
+    name = f"checkpoint-writer {hook.save_path}"
+    async with MonitoredSession(state, hooks=[hook], scaffold=Scaffold(init_fn=init)) as sess:
+        assert hook.last_write is None, "no save at creation: the checkpoint of step 2 exists"
+        [thread] = [t for t in threading.enumerate() if t.name == name]
+        await sess.run(lambda s: setattr(s, "global_step", s.global_step + 1))
+        await sess.run(lambda s: setattr(s, "global_step", s.global_step + 1))
+        assert hook.last_write is not None
+        assert hook.last_write.step == 4
+        assert [t for t in threading.enumerate() if t.name == name] == [thread], "the same one"
+    thread.join(5)
+    assert not thread.is_alive(), "ended with the session"
+    assert steps_on_disk(ckpt_dir) == [0, 2, 4]
+
+
 async def test_plugin_state_is_the_one_of_the_saved_step(ckpt_dir: str) -> None:
     counter = Counter()
     await train(ckpt_dir, 5, hooks=[counter])

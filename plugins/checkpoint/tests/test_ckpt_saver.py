@@ -206,7 +206,9 @@ def test_nothing_is_left_behind_by_a_failed_write(
     def broken(file: Any, data: Any) -> None:
         raise OSError(28, "No space left on device")
 
+    # The data file's write fails, by chunks (a store's file) or in one writev (local).
     monkeypatch.setattr("monitored_checkpoint._format.write_all", broken)
+    monkeypatch.setattr("monitored_checkpoint._store._RawFile.write_views", broken)
     with pytest.raises(OSError, match="No space left"):
         Saver().save(state, os.path.join(ckpt_dir, "model.ckpt"))
     assert _listing(ckpt_dir) == []

@@ -118,6 +118,41 @@ def test_writer_thread_ends_when_closed_and_restarts_on_demand() -> None:
             assert not t.is_alive()
 
 
+def test_a_started_writer_waits_idle_for_its_first_write_and_ends_when_closed() -> None:
+    coord = Coordinator()
+    writer = BackgroundWriter(coord, name="test-started-writer")
+    writer.start()  # the saver hook's begin: the first save's step does not start it
+    [thread] = [t for t in threading.enumerate() if t.name == "test-started-writer"]
+    assert thread.is_alive()
+    assert not writer.busy
+    first = writer.submit(1, "a", lambda: "a")
+    assert writer.wait_blocking(10)
+    second = writer.submit(2, "b", lambda: "b")
+    assert writer.wait_blocking(10)
+    assert [first.path, second.path] == ["a", "b"]
+    # Each write has its own `done` (the next one's is made ahead by the thread).
+    assert first.done is not second.done
+    assert first.done.is_set()
+    assert second.done.is_set()
+    assert [t for t in threading.enumerate() if t.name == "test-started-writer"] == [thread]
+    writer.close()
+    thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_a_write_submitted_as_the_idle_thread_ends_is_not_lost() -> None:
+    """The thread ends only with nothing queued: a write handed over while it
+    decides to end runs, in it or in a new thread (many trials)."""
+    writer = BackgroundWriter(name="test-racing-writer")
+    for step in range(200):
+        writer.start()
+        writer.close()  # the thread may be ending now
+        job = writer.submit(step, f"s{step}", lambda step=step: f"s{step}")
+        assert writer.wait_blocking(10), f"write {step} was lost"
+        assert job.path == f"s{step}"
+    writer.close()
+
+
 @pytest.mark.anyio
 async def test_writer_wait_does_not_block_the_event_loop() -> None:
     import anyio
@@ -145,6 +180,63 @@ async def test_writer_wait_does_not_block_the_event_loop() -> None:
 
 
 # -- stores ---------------------------------------------------------------------------------------
+def test_a_local_write_of_many_buffers_survives_short_writevs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``writev`` may write less than asked: every byte still lands, in order."""
+    from monitored_checkpoint import _store
+
+    real = os.writev
+    calls: list[int] = []
+
+    def short(fd: int, buffers: list[Any]) -> int:
+        calls.append(len(buffers))
+        first = memoryview(buffers[0]).cast("B")
+        return real(fd, [first[: max(1, first.nbytes // 3)]])  # a third of the first, at most
+
+    monkeypatch.setattr(_store.os, "writev", short)
+    parts = [bytes([i]) * (7 + 5 * i) for i in range(40)]  # more than one writev takes
+    store = open_store(str(tmp_path))
+    store.write("f.bin", lambda f: f.write_views([memoryview(p) for p in parts]))  # type: ignore[attr-defined]
+    assert (tmp_path / "f.bin").read_bytes() == b"".join(parts)
+    assert max(calls) <= 16
+    assert len(calls) > len(parts)
+
+
+def test_temporary_names_are_unique_and_name_their_process_also_in_a_fork() -> None:
+    from monitored_checkpoint import _store
+    from monitored_checkpoint._saver import _writer_alive
+
+    names = {_store._temp_names.next() for _ in range(1000)}
+    assert len(names) == 1000
+    assert all(n.startswith(f"{os.getpid()}-") for n in names)
+    assert _writer_alive(f".model.ckpt-1.json.tmp-{next(iter(names))}")
+    # A fork, in a fresh single-threaded interpreter: the child's names carry its pid.
+    script = textwrap.dedent(
+        """
+        import os
+        from monitored_checkpoint import _store
+
+        parent = _store._temp_names.next()
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.write(write, _store._temp_names.next().encode())
+            os._exit(0)
+        os.close(write)
+        child = os.read(read, 100).decode()
+        os.waitpid(pid, 0)
+        print(os.getpid(), pid, parent, child)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.split()
+    parent_pid, child_pid, parent_name, child_name = out
+    assert parent_name.startswith(f"{parent_pid}-")
+    assert child_name.startswith(f"{child_pid}-"), "a forked child names its files with its pid"
+
+
 def test_empty_directory_name_is_refused() -> None:
     with pytest.raises(CheckpointDirectoryError, match="empty"):
         open_store("")

@@ -73,6 +73,7 @@ __all__ = [
     "SnapshotBuffers",
     "check_session_plugin_states",
     "check_step_name",
+    "dtype_name",
     "load_json",
     "looks_like_our_data_file",
     "manifest_digest",
@@ -128,6 +129,8 @@ _TAGS: Final = {
 }
 #: dtypes that NumPy lacks and ``ml_dtypes`` provides.
 _ML_DTYPES: Final = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+#: The dtypes of :data:`_TAGS` that NumPy has, by name (a name is parsed once).
+_NUMPY_DTYPES: Final = {name: np.dtype(name) for name in _TAGS if name not in _ML_DTYPES}
 #: Bytes per item of each dtype of :data:`_TAGS`, known without importing ``ml_dtypes``.
 _ITEMSIZE: Final = {
     name: 1 if name.startswith("float8") else 2 if name == "bfloat16" else np.dtype(name).itemsize
@@ -147,9 +150,21 @@ _OUR_HEADER_START: Final = b'{"__metadata__":{"format":"' + FORMAT_NAME.encode()
 
 
 # -- dtypes ---------------------------------------------------------------------------------
+#: ``dtype.name`` by dtype: NumPy builds the name in Python at each read.
+_NAMES: Final[dict[np.dtype[Any], str]] = {}
+
+
+def dtype_name(dtype: np.dtype[Any]) -> str:
+    """``dtype.name``, remembered (the writer asks twice per array and save)."""
+    name = _NAMES.get(dtype)
+    if name is None:
+        name = _NAMES[dtype] = dtype.name
+    return name
+
+
 def dtype_tag(dtype: np.dtype[Any], name: str) -> str:
     """The safetensors tag for ``dtype``; ``name`` is the state entry, for the error."""
-    tag = _TAGS.get(dtype.name)
+    tag = _TAGS.get(dtype_name(dtype))
     if tag is None:
         raise UnsupportedArrayError(
             f"state entry {name!r} has dtype {dtype}, which safetensors cannot store; "
@@ -172,7 +187,7 @@ def dtype_from_name(dtype_name: str, where: str) -> np.dtype[Any]:
             ) from None
         extension: np.dtype[Any] = np.dtype(getattr(ml_dtypes, dtype_name))
         return extension
-    return np.dtype(dtype_name)
+    return _NUMPY_DTYPES[dtype_name]
 
 
 # -- snapshots ----------------------------------------------------------------------------------
@@ -181,6 +196,10 @@ _INLINE_CRC_BYTES: Final = 4 << 20
 #: The dtypes seen to be storable: a set lookup per array and snapshot, where
 #: ``dtype_tag`` builds the dtype's name.
 _STORABLE: Final[set[np.dtype[Any]]] = set()
+
+
+#: Snapshot buffers smaller than this are prepared on the caller's thread.
+_PREPARE_INLINE_BYTES: Final = 2 << 20
 
 
 @final
@@ -228,6 +247,12 @@ class SnapshotBuffers:
                 buffer.fill(0)  # NumPy releases the GIL: the loop goes on meanwhile
                 self._buffers[name] = buffer
 
+        total = sum(math.prod(shape) * dtype.itemsize for shape, dtype in wanted.values())
+        if total < _PREPARE_INLINE_BYTES:
+            # Cheaper than a thread's start, and the buffers are then in this
+            # thread's cache rather than another core's.
+            touch()
+            return
         self._preparing = threading.Thread(target=touch, name="checkpoint-buffers", daemon=True)
         self._preparing.start()
 
@@ -271,26 +296,62 @@ class Snapshot:
     """Everything one checkpoint holds, in host memory, taken at one step boundary.
 
     The arrays are C-contiguous little-endian NumPy arrays that nobody else
-    writes to while the snapshot is being saved; the RNG and plugin states are
-    deep copies already checked to be JSON-serializable.
+    writes to while the snapshot is being saved. The RNG and plugin states are
+    captured on the loop in the cheapest form that nothing can change later, and
+    made the manifest's JSON values on first use of :attr:`rng` and
+    :attr:`plugins`, by the writer's thread (issue 33: the step loop only copies):
+
+    * the RNG state as ``TrainState.rng_state`` gives it: NumPy builds new
+      objects (ints, a new array) at each read of ``bit_generator.state``, so
+      nothing the loop does later reaches them; :func:`encode_rng_state` makes
+      them JSON;
+    * the plugin states as JSON text (``json.dumps`` on the loop: a deep copy,
+      and a state that is not JSON-serializable raises there, naming its plugin),
+      parsed back by the writer.
     """
 
-    __slots__ = ("arrays", "created", "modules", "plugins", "rng", "step")
+    __slots__ = (
+        "_plugins",
+        "_plugins_text",
+        "_rng",
+        "_rng_raw",
+        "arrays",
+        "created",
+        "modules",
+        "step",
+    )
 
     def __init__(
         self,
         step: int,
         arrays: dict[str, np.ndarray[Any, Any]],
         modules: dict[str, str],
-        rng: dict[str, Any],
-        plugins: dict[str, Any],
+        rng: Any,
+        plugins: dict[str, Any] | str,
     ) -> None:
         self.step = step
         self.arrays = arrays
         self.modules = modules
-        self.rng = rng
-        self.plugins = plugins
+        self._rng_raw = rng
+        self._rng: dict[str, Any] | None = None
+        self._plugins_text = plugins if isinstance(plugins, str) else None
+        self._plugins: dict[str, Any] | None = None if isinstance(plugins, str) else plugins
         self.created = time.time()
+
+    @property
+    def rng(self) -> dict[str, Any]:
+        """The RNG state as the manifest holds it (JSON values)."""
+        if self._rng is None:
+            self._rng = _json_copy(encode_rng_state(self._rng_raw), "the RNG state")
+        return self._rng
+
+    @property
+    def plugins(self) -> dict[str, Any]:
+        """Each plugin's saved state as the manifest holds it (JSON values)."""
+        if self._plugins is None:
+            assert self._plugins_text is not None
+            self._plugins = json.loads(self._plugins_text)
+        return self._plugins
 
     @property
     def nbytes(self) -> int:
@@ -310,20 +371,36 @@ def take_snapshot(
     With ``copy=False`` NumPy arrays that are already C-contiguous and
     little-endian are used as they are: only for a save that finishes before the
     state changes again. CuPy arrays always go through host memory.
+
+    What the step loop waits for at each save: the copies, then as little as
+    can be (see :class:`Snapshot` for what is left to the writer).
     """
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     modules: dict[str, str] = {}
     storable = _STORABLE
     for name, array in state.items():
-        dtype = np.dtype(array.dtype)
+        dtype = array.dtype
         if dtype not in storable:
+            dtype = np.dtype(dtype)
             dtype_tag(dtype, name)  # raises for a dtype safetensors cannot store
             storable.add(dtype)
-        little = dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
-        shape = tuple(int(n) for n in array.shape)
-        if is_device_array(array):
+        if isinstance(array, np.ndarray):  # the common case, first
+            little = dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
+            if not copy and little == dtype and array.flags.c_contiguous:
+                host = array
+            else:
+                # A NumPy array's shape is a tuple of ints already.
+                host = (
+                    buffers.get(name, array.shape, little, pinned=False)
+                    if buffers is not None
+                    else np.empty(array.shape, little)
+                )
+                np.copyto(host, array, casting="equiv")
+            modules[name] = "numpy"
+        else:  # CuPy (a TrainState holds NumPy or CuPy arrays only)
             import cupy
 
+            shape = tuple(int(n) for n in array.shape)
             # CuPy arrays are always in native (little-endian) byte order.
             host = (
                 buffers.get(name, shape, dtype, pinned=True)
@@ -335,28 +412,29 @@ def take_snapshot(
             # into shape (1,), which ``get`` refuses for a 0-d ``host``.
             cupy.asnumpy(array, out=host)
             modules[name] = "cupy"
-        else:
-            if not copy and little == dtype and array.flags.c_contiguous:
-                host = array
-            else:
-                host = (
-                    buffers.get(name, shape, little, pinned=False)
-                    if buffers is not None
-                    else np.empty(shape, little)
-                )
-                np.copyto(host, array, casting="equiv")
-            modules[name] = "numpy"
         arrays[name] = host
     return Snapshot(
         state.global_step,
         arrays,
         modules,
-        _json_copy(encode_rng_state(state.rng_state), "the RNG state"),
-        {
-            plugin: _json_copy(dict(entry), f"the state of plugin {plugin!r}")
-            for plugin, entry in (plugin_states or {}).items()
-        },
+        state.rng_state,
+        _plugins_text(plugin_states) if plugin_states else {},
     )
+
+
+def _plugins_text(plugin_states: Mapping[str, Any]) -> str:
+    """``plugin_states`` as JSON text: a copy that nothing changes later.
+
+    One ``json.dumps`` for all; if it fails, each plugin's state is tried on
+    its own, so the error names the plugin whose state cannot be saved.
+    """
+    states = {plugin: dict(entry) for plugin, entry in plugin_states.items()}
+    try:
+        return json.dumps(states)
+    except (TypeError, ValueError):
+        for plugin, entry in states.items():
+            _json_copy(entry, f"the state of plugin {plugin!r}")
+        raise  # pragma: no cover - one of them failed on its own
 
 
 def _json_copy(value: Any, what: str) -> Any:
@@ -526,9 +604,14 @@ def write_checkpoint_files(store: Store, name: str, snapshot: Snapshot) -> dict[
     views = [memoryview(prefix), *(_byte_view(snapshot.arrays[n]) for n in order)]
 
     def write_data(file: BinaryIO) -> None:
+        write_views = getattr(file, "write_views", None)
+        if write_views is not None and total <= _CHUNK:
+            write_views(views)  # a local file: one ``writev`` for the header and every array
+            return
         for chunk in _chunks(views):
             write_all(file, chunk)
 
+    total = sum(v.nbytes for v in views)
     crc = _Crc32Thread(views)
     try:
         # Its rename is made durable with the manifest's directory sync, before
@@ -536,7 +619,7 @@ def write_checkpoint_files(store: Store, name: str, snapshot: Snapshot) -> dict[
         store.write(data_name, write_data, durable="later")
     finally:
         checksum = crc.result()
-    size = sum(v.nbytes for v in views)
+    size = total
     manifest = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -546,7 +629,7 @@ def write_checkpoint_files(store: Store, name: str, snapshot: Snapshot) -> dict[
         "plugins": snapshot.plugins,
         "arrays": {
             n: {
-                "dtype": a.dtype.name,
+                "dtype": dtype_name(a.dtype),
                 "shape": list(a.shape),
                 "module": snapshot.modules[n],
                 "file": data_name,
@@ -813,6 +896,21 @@ def _parse_arrays(arrays: Any, name: str, files: dict[str, FileInfo]) -> dict[st
     return parsed
 
 
+#: One bit generator of each kind per thread, to check RNG states on: a new one
+#: seeds itself from the OS (a fifth of a small restore's time).
+_TRIALS = threading.local()
+
+
+def _trial_generator(kind: str) -> Any:
+    trials: dict[str, Any] | None = getattr(_TRIALS, "generators", None)
+    if trials is None:
+        trials = _TRIALS.generators = {}
+    trial = trials.get(kind)
+    if trial is None:
+        trial = trials[kind] = getattr(np.random, kind)(0)
+    return trial
+
+
 def _parse_rng(rng: Any) -> dict[str, Any]:
     """The RNG state, checked by loading it into a fresh bit generator of its kind."""
     if not isinstance(rng, dict):
@@ -821,8 +919,7 @@ def _parse_rng(rng: Any) -> dict[str, Any]:
     if kind not in _BIT_GENERATORS:
         raise _Invalid(f"the RNG's bit generator {_show(kind)} is not one of NumPy's")
     try:
-        trial = getattr(np.random, kind)()
-        trial.state = decode_rng_state(rng)
+        _trial_generator(kind).state = decode_rng_state(rng)
     except (TypeError, ValueError, KeyError, OverflowError, AttributeError, IndexError) as exc:
         raise _Invalid(f"the RNG state is not a valid {kind} state ({_show(str(exc))})") from None
     return rng
@@ -1041,7 +1138,7 @@ def _check_header(
         nbytes = math.prod(shape) * dtype.itemsize
         start, end = entry["data_offsets"]
         if not (
-            entry.get("dtype") == _TAGS.get(dtype.name)
+            entry.get("dtype") == _TAGS.get(dtype_name(dtype))
             and entry.get("shape") == list(shape)
             and start == offset
             and end - start == nbytes

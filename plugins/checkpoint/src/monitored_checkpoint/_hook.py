@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         MonitoredSession,
         SessionRunContext,
         SessionRunValues,
+        TrainState,
     )
 
 __all__ = ["CheckpointRestoreHook", "CheckpointSaverHook", "CheckpointSaverListener"]
@@ -241,6 +242,7 @@ class CheckpointSaverHook:
 
     __slots__ = (
         "_buffers",
+        "_inline",
         "_listeners",
         "_saved_step",
         "_signals",
@@ -301,6 +303,9 @@ class CheckpointSaverHook:
         #: Whether a listener needs each write finished before the next step
         #: (worked out at the first save of each session).
         self._sync_listeners: bool | None = None
+        #: Whether snapshots are copied on the loop's thread (worked out at the
+        #: first save of each session: the state's entries are fixed once created).
+        self._inline: bool | None = None
 
     @property
     def preempted_by(self) -> str | None:
@@ -324,7 +329,10 @@ class CheckpointSaverHook:
         await anyio.to_thread.run_sync(self.saver.prepare, self.save_path)
         self._timer.reset()
         self._writer = BackgroundWriter(session.coord, name=f"checkpoint-writer {self.save_path}")
+        # Started now, idle: a thread's start is not paid in the first save's step.
+        self._writer.start()
         self._saved_step = None
+        self._inline = None
         self._stop_sent = False
         self._sync_listeners = None
         for listener in self._listeners:
@@ -340,6 +348,10 @@ class CheckpointSaverHook:
 
     async def after_create_session(self, session: MonitoredSession, coord: Coordinator) -> None:
         step = session.state.global_step
+        # Worked out now rather than in the first save's step.
+        self._waits_for_listeners(session)
+        self._inline = None
+        self._copies_inline(session.state)
         if not self.saver.has_checkpoint(self.save_path, step):
             # After every hook's after_create_session, so plugin states are current;
             # at once when this is called directly, outside the session's creation.
@@ -433,8 +445,9 @@ class CheckpointSaverHook:
                 step,
                 time.monotonic() - started,
             )
-        await self._deliver(session, run_context)
         previous = writer.pending
+        if previous is not None and not previous.delivered and previous.done.is_set():
+            await self._deliver(session, run_context)
         if previous is not None and previous.error is not None:
             return  # the session raises it; do not pile more writes on a failing store
         await session.call_hook("before_save", session, step)
@@ -445,7 +458,7 @@ class CheckpointSaverHook:
         trace = session.current_trace
         started = time.perf_counter()
         state = session.state
-        if _uses_cupy() or sum(a.nbytes for a in state.values()) < _INLINE_SNAPSHOT_BYTES:
+        if self._copies_inline(state):
             snapshot = take_snapshot(state, plugin_states, buffers=self._buffers)
         else:
             snapshot = await anyio.to_thread.run_sync(
@@ -490,6 +503,18 @@ class CheckpointSaverHook:
                 run_context.request_stop()
             else:
                 session.coord.request_stop()
+
+    def _copies_inline(self, state: TrainState) -> bool:
+        """Whether a snapshot is copied on the loop's thread (NumPy under 16 MB, or CuPy).
+
+        Worked out once per session: its state's entries cannot change shape once
+        it is created.
+        """
+        inline = self._inline
+        if inline is None:
+            inline = _uses_cupy() or sum(a.nbytes for a in state.values()) < _INLINE_SNAPSHOT_BYTES
+            self._inline = inline
+        return inline
 
     def _waits_for_listeners(self, session: MonitoredSession) -> bool:
         waits = self._sync_listeners

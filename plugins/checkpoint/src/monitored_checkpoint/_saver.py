@@ -54,6 +54,7 @@ from ._format import (
     Snapshot,
     check_session_plugin_states,
     check_step_name,
+    dtype_name,
     load_json,
     looks_like_our_data_file,
     parse_manifest,
@@ -362,7 +363,7 @@ def _check_match(state: TrainState, manifest: Manifest) -> None:
                 f"entry {name!r} has shape {info.shape} in the checkpoint and "
                 f"{tuple(array.shape)} in the state"
             )
-        if np.dtype(array.dtype).name != info.dtype:
+        if dtype_name(np.dtype(array.dtype)) != info.dtype:
             problems.append(
                 f"entry {name!r} has dtype {info.dtype} in the checkpoint and "
                 f"{np.dtype(array.dtype).name} in the state"
@@ -1101,9 +1102,10 @@ def _delete_checkpoint(store: Store, name: str, *, ours: bool = False) -> None:
         return
     manifest, data = name + MANIFEST_SUFFIX, name + DATA_SUFFIX
     if ours:
+        store.check_owner()  # once for the checkpoint's two files
         for file in (manifest, data):
             with contextlib.suppress(FileNotFoundError):
-                store.remove(file)
+                store.remove(file, fenced=False)
         return
     names = set(store.list())
     for file in (manifest, data):

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
+import secrets
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, Final, TypeVar, cast, final
@@ -80,6 +82,68 @@ def check_name(name: object, where: str) -> str:
 
 Writer = Callable[[BinaryIO], None]
 T = TypeVar("T")
+
+
+class _TempNames:
+    """Unique temporary-file suffixes, ``<pid>-<8 hex digits>``, without a system call each.
+
+    The pid (which ``_writer_alive`` reads back) and a random start are taken once
+    per process (again in a forked child); the hex part counts up from there. A
+    name of a dead process's leftover that happens to match is never overwritten:
+    temporary files are opened with ``O_EXCL``.
+    """
+
+    __slots__ = ("_counter", "_pid")
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._counter = itertools.count(secrets.randbits(32))
+
+    def next(self) -> str:
+        return f"{self._pid}-{next(self._counter) & 0xFFFFFFFF:08x}"
+
+
+_temp_names = _TempNames()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_temp_names._reset)
+
+
+@final
+class _RawFile:
+    """What a local write hands its writer: ``os.write`` on the file descriptor.
+
+    Not ``open(fd, "wb", buffering=0)``, whose set-up costs a system call (``fstat``).
+    ``write_views`` writes several buffers with one ``writev``.
+    """
+
+    __slots__ = ("_fd",)
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def write(self, data: memoryview | bytes) -> int:
+        return os.write(self._fd, data)
+
+    def write_views(self, views: list[memoryview]) -> None:
+        """Write every byte of ``views``, in order (``writev`` may write less than asked)."""
+        pending = [v.cast("B") for v in views if v.nbytes]
+        while pending:
+            written = os.writev(self._fd, pending[:_IOV_MAX])
+            while pending and written >= pending[0].nbytes:
+                written -= pending[0].nbytes
+                pending.pop(0)
+            if written:
+                pending[0] = pending[0][written:]
+
+
+#: The most buffers one ``writev`` takes (POSIX's minimum for ``IOV_MAX``).
+_IOV_MAX: Final = 16
 
 
 def write_all(file: BinaryIO, data: memoryview | bytes) -> None:
@@ -223,12 +287,24 @@ class Store:
         """
         raise NotImplementedError
 
-    def remove(self, name: str) -> None:
-        """Delete ``name``; a missing file is not an error."""
+    def remove(self, name: str, *, fenced: bool = True) -> None:
+        """Delete ``name``; a missing file is not an error.
+
+        Fenced (the run ownership is checked first, :func:`monitored.check_run_owner`)
+        unless ``fenced`` is false: for the second file of one checkpoint's deletion,
+        checked once for both.
+        """
         raise NotImplementedError
+
+    def check_owner(self) -> None:
+        """Fencing: raise ``RunOwnershipLostError`` if this run directory was taken over."""
+        check_run_owner(self.url)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
+
+
+_CREATE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
 @final
@@ -281,14 +357,15 @@ class LocalStore(Store):
     def write(self, name: str, writer: Writer, *, durable: str = "now") -> None:
         check_name(name, self.url)
         final_path = os.path.join(self._dir, name)
-        temp = os.path.join(self._dir, f".{name}{TEMP_MARKER}{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(temp, flags, 0o644)
+        temp = os.path.join(self._dir, f".{name}{TEMP_MARKER}{_temp_names.next()}")
+        fd = os.open(temp, _CREATE_FLAGS, 0o644)
         try:
-            with open(fd, "wb", buffering=0) as file:
-                writer(cast(BinaryIO, file))
+            try:
+                writer(cast(BinaryIO, _RawFile(fd)))
                 if durable != "never":
-                    os.fsync(file.fileno())
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
             if durable == "before":
                 _fsync_directory(self._dir)
             check_run_owner(self._dir)  # fencing: never commit into a run taken over
@@ -338,9 +415,13 @@ class LocalStore(Store):
             return None
         return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
-    def remove(self, name: str) -> None:
-        # A link is removed itself, never its target.
+    def check_owner(self) -> None:
         check_run_owner(self._dir)
+
+    def remove(self, name: str, *, fenced: bool = True) -> None:
+        # A link is removed itself, never its target.
+        if fenced:
+            check_run_owner(self._dir)
         with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(self._dir, check_name(name, self.url)))
 
@@ -469,8 +550,9 @@ class FsspecStore(Store):
             return None
         return tuple(str(info.get(key)) for key in _STAMP_FIELDS)
 
-    def remove(self, name: str) -> None:
-        check_run_owner(self.url)
+    def remove(self, name: str, *, fenced: bool = True) -> None:
+        if fenced:
+            check_run_owner(self.url)
         path = self._full(name)
 
         def remove() -> None:
