@@ -51,3 +51,30 @@ async def test_a_relative_checkpoint_dir_survives_a_chdir(
         while not sess.should_stop():
             await sess.run(_step)
     np.testing.assert_array_equal(state["w"], np.full(2, 5.0))
+
+
+@pytest.mark.parametrize(
+    "basename", ["model\nckpt", "model\x1b[2Jckpt", "model\udcffckpt", "m\x85"]
+)
+def test_a_basename_that_is_not_printable_is_refused_before_anything_is_written(
+    tmp_path: Path, basename: str
+) -> None:
+    """A checkpoint named with a line break is never found again: a resume would start afresh."""
+    from monitored_checkpoint import CheckpointSaverHook, Saver
+
+    with pytest.raises(
+        ValueError, match=r"CheckpointSaverHook: checkpoint basename .* not printable"
+    ):
+        CheckpointSaverHook(str(tmp_path), save_steps=1, checkpoint_basename=basename)
+    with pytest.raises(ValueError, match=r"Saver: checkpoint basename .* not printable") as info:
+        Saver().save(TrainState({"w": np.zeros(2)}), os.path.join(tmp_path, basename), 1)
+    assert not {"\n", "\x1b", "\x85"} & set(str(info.value))
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_printable_basename_with_spaces_and_letters_of_any_script_is_kept(tmp_path: Path) -> None:
+    from monitored_checkpoint import Saver
+
+    path = Saver().save(TrainState({"w": np.zeros(2)}), str(tmp_path / "modèle ckpt"), 3)
+    assert path == str(tmp_path / "modèle ckpt-3")
+    assert latest_checkpoint(str(tmp_path)) == path

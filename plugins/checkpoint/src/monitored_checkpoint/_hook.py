@@ -34,7 +34,7 @@ from . import _capability
 from ._errors import CorruptCheckpointWarning
 from ._format import Snapshot, SnapshotBuffers, take_snapshot
 from ._preemption import SignalWatcher
-from ._saver import Saver, restore_latest_quietly
+from ._saver import Saver, check_basename, restore_latest_quietly
 from ._store import fixed_directory, open_store
 from ._writer import BackgroundWriter, PendingWrite
 
@@ -286,6 +286,7 @@ class CheckpointSaverHook:
             raise ValueError(
                 f"checkpoint_basename must be a plain file name, got {checkpoint_basename!r}"
             )
+        check_basename(checkpoint_basename, "CheckpointSaverHook")
         # Resolved once: an os.chdir during training does not move the checkpoints.
         self.checkpoint_dir = fixed_directory(checkpoint_dir)
         #: ``<checkpoint_dir>/<basename>``: checkpoints are ``<save_path>-<step>``.

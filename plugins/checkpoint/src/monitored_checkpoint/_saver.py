@@ -33,7 +33,7 @@ import anyio
 import anyio.to_thread
 import numpy as np
 
-from monitored import TrainState, is_device_array
+from monitored import TrainState, is_device_array, printable
 
 from ._errors import (
     CheckpointDigestError,
@@ -74,6 +74,7 @@ __all__ = [
     "CheckpointState",
     "CheckpointsIterator",
     "Saver",
+    "check_basename",
     "checkpoint_digest",
     "checkpoint_mtimes",
     "checkpoint_state",
@@ -94,6 +95,22 @@ _MARKER: Final = f"# {FORMAT_NAME} state file"
 MAX_STATE_FILE_BYTES: Final = 4 << 20
 #: TF1 checkpoint files: ``model.ckpt-5.index``, ``.meta``, ``.data-00000-of-00001``.
 _TF_FILE: Final = re.compile(r"\.(index|meta|data-\d+-of-\d+)$")
+
+
+def check_basename(basename: str, where: str) -> str:
+    """``basename`` if checkpoints can be named after it, else ``ValueError``.
+
+    A character that is not printable (a newline, an escape, a byte that is not
+    UTF-8) makes a name that ``latest_checkpoint`` never finds, so a resumed run
+    would silently start afresh: refused before anything is written.
+    """
+    if not basename.isprintable():
+        raise ValueError(
+            f"{where}: checkpoint basename {printable(repr(basename))} holds a character "
+            "that is not printable (a control character, a line break or a byte that is "
+            "not UTF-8); its checkpoints could never be found again"
+        )
+    return basename
 
 
 def split_save_path(save_path: str | os.PathLike[str]) -> tuple[Store, str]:
@@ -916,7 +933,8 @@ class Saver:
         :class:`~monitored_checkpoint.CheckpointDirectoryError` or
         :class:`ForeignCheckpointError`.
         """
-        store, _ = split_save_path(save_path)
+        store, basename = split_save_path(save_path)
+        check_basename(basename, "Saver")
         store.check_writable()
         with self._lock:
             self._directory(store)
@@ -944,6 +962,7 @@ class Saver:
         state file.
         """
         store, basename = split_save_path(save_path)
+        check_basename(basename, "Saver")
         store.begin_save()  # a remote store: the whole save is bounded (_remote)
         name = f"{basename}-{snapshot.step}"
         with self._lock:
