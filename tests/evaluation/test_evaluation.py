@@ -224,6 +224,40 @@ async def test_summaries_go_to_the_eval_directory_through_the_sink(tmp_path: Pat
     assert written == [(str(tmp_path / "eval"), 5, {"mse": 0.0, "mean_pred": 4.0})]
 
 
+async def test_an_evaluation_claims_no_run_directory_and_is_not_refused(tmp_path: Path) -> None:
+    # An evaluation writes beside a run it reads, as evaluators may (one writer per
+    # run is the training's): it asks no hook for run_directories and claims
+    # nothing, not even while a training owns the directory it writes to.
+    asked: list[str] = []
+
+    class Writes:
+        def run_directories(self, session: Any) -> list[str]:
+            asked.append("run_directories")
+            return [str(tmp_path / "eval")]
+
+    owner = monitored.claim_run(tmp_path / "eval")
+    assert owner is not None
+    try:
+        state = monitored.TrainState({"w": np.array([2.0])}, global_step=7)
+        result = await evaluate_once(
+            eval_step, _metrics(), input=DATA, state=state, hooks=[Writes()]
+        )
+        assert result.metrics == {"mse": 0.0, "mean_pred": 4.0}
+        assert asked == []
+        owner.check()  # still the newest claim: the evaluation took nothing over
+    finally:
+        owner.release()
+    # A training session with the same hook does claim it (and is refused meanwhile).
+    blocker = monitored.claim_run(tmp_path / "eval")
+    assert blocker is not None
+    try:
+        with pytest.raises(monitored.RunOwnedError):
+            async with monitored.MonitoredSession(monitored.TrainState(), hooks=[Writes()]):
+                pass
+    finally:
+        blocker.release()
+
+
 async def test_a_checkpoint_dir_that_does_not_exist_is_named_as_such(tmp_path: Path) -> None:
     missing = tmp_path / "does" / "not" / "exist"
     with pytest.raises(NoCheckpointError) as info:

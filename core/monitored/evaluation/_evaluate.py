@@ -86,12 +86,17 @@ class EvaluationSession(MonitoredSession):
     eval steps too, and could stop an evaluation early with partial metrics.
     Their training sessions hear the results (``after_evaluate``). It names its
     plugins at ``DEBUG`` level: training evaluates often, and the training
-    session has named them already.
+    session has named them already. It claims no run directory
+    (``run_directories``): an evaluation reads a run and writes its results
+    beside it (``<model_dir>/eval``), as evaluators always may (one writer per
+    run is the training's); inside training the model directory is the training
+    session's already, and a claim per evaluation cost three ``fsync``s.
     """
 
     _warn_stalled_global_step = False
     _plugins_log_level = logging.DEBUG
     _loads_training_only_plugins = False
+    _claims_run_directories = False
 
 
 @final
