@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from _helpers import StandInCluster, hide_plugins, install_cluster
 import monitored
 from monitored import data
 from monitored import metrics as m
+from monitored._core._watchdog import BLOCKED_LOOP_ENV
 from monitored.evaluation import (
     EvaluationFailedError,
     EvaluationHook,
@@ -563,6 +566,43 @@ async def test_evaluation_inside_training_reaches_the_training_plugins() -> None
             await sess.run(train_step)
     assert [step for step, _ in reported] == [1, 3]
     assert reported[0][1]["mean_pred"] == pytest.approx(1.0 * 2)
+
+
+@pytest.mark.parametrize("training_watches", [0.3, None])
+async def test_an_eval_step_holding_the_loop_inside_training_is_named_once(
+    caplog: pytest.LogCaptureFixture, training_watches: float | None
+) -> None:
+    # The training session's watchdog names an eval step that holds the loop: its
+    # evaluation sessions start no watchdog thread of their own. A training that
+    # does not watch leaves the evaluations their own (the 0.3 s of the environment).
+    watchdogs: list[int] = []
+
+    def slow_eval_step(state: Any, batch: Any, metrics: Any) -> None:
+        watchdogs.append(
+            sum(thread.name == "monitored loop watchdog" for thread in threading.enumerate())
+        )
+        if state.global_step == 3 and len(watchdogs) == 3:
+            time.sleep(1.0)
+        eval_step(state, batch, metrics)
+
+    hook = EvaluationHook(slow_eval_step, _metrics(), input_fn=lambda: DATA, every_n_steps=2)
+    state = monitored.TrainState({"w": np.array([0.0])})
+    with caplog.at_level(logging.WARNING, logger="monitored"), pytest.MonkeyPatch.context() as env:
+        env.setenv(BLOCKED_LOOP_ENV, "0.3")
+        async with monitored.MonitoredSession(
+            state,
+            hooks=[hook, monitored.StopAtStepHook(last_step=4)],
+            blocked_loop_warning_secs=training_watches,
+        ) as sess:
+            while not sess.should_stop():
+                await sess.run(train_step)
+    # Two evaluations of two batches; until the warning (said once), one watchdog
+    # thread: the training's, or else the evaluation's own.
+    assert len(watchdogs) == 4
+    assert watchdogs[:3] == [1, 1, 1]
+    [message] = [r.getMessage() for r in caplog.records if "held the event loop" in r.getMessage()]
+    assert message.startswith("step function tests.evaluation.test_evaluation.")
+    assert "slow_eval_step (line" in message
 
 
 async def test_an_evaluation_that_raises_stops_training() -> None:

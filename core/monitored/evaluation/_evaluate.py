@@ -23,6 +23,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, final
 
@@ -38,6 +39,7 @@ from .._core._errors import DamagedCheckpointError, OutOfRangeError
 from .._core._scaffold import Scaffold
 from .._core._session import MonitoredSession
 from .._core._state import TrainState
+from .._core._watchdog import FROM_ENV
 from ..data import FeedingPipeline, Pipeline
 from ..metrics import Mean, Metric
 from ._errors import NoCheckpointError, NoMetricUpdatesError
@@ -97,6 +99,13 @@ class EvaluationSession(MonitoredSession):
     _plugins_log_level = logging.DEBUG
     _loads_training_only_plugins = False
     _claims_run_directories = False
+
+
+#: ``blocked_loop_warning_secs`` of the sessions an evaluation makes. An evaluation
+#: inside training sets ``None`` while the training session's own watchdog watches
+#: the loop (it names an eval step holding the loop as well): a watchdog per
+#: evaluation started and joined a thread each time (see ``TrainingEvaluation``).
+LOOP_WATCH: ContextVar[Any] = ContextVar("monitored_evaluation_loop_watch", default=FROM_ENV)
 
 
 @final
@@ -202,6 +211,7 @@ async def _pick_together(
         plugin_options=plugin_options,
         training_config=config,
         max_wait_secs=max_wait_secs,
+        blocked_loop_warning_secs=LOOP_WATCH.get(),
     )
     async with session as sess:
         if not chooser.picked:
@@ -596,6 +606,7 @@ async def _evaluate(
         disable_plugins=disable_plugins,
         plugin_options=plugin_options,
         training_config=config,
+        blocked_loop_warning_secs=LOOP_WATCH.get(),
     )
     # Sharded, this loop decides where each process's input ends: an input
     # pipeline among the hooks must not stop every process at the shortest shard.
