@@ -605,6 +605,38 @@ async def test_an_eval_step_holding_the_loop_inside_training_is_named_once(
     assert "slow_eval_step (line" in message
 
 
+async def test_inside_a_training_alone_evaluations_ask_no_plugin_for_a_cluster(
+    fake_plugin: Any,
+) -> None:
+    # A cluster supplier that supplies none (monitored-mpi in one process) is asked
+    # once, by the training session: its evaluations train alone as it does.
+    import importlib
+
+    module = importlib.import_module(
+        fake_plugin(
+            "lonely",
+            """
+            asked = []
+            def cluster(session):
+                asked.append(type(session).__name__)
+                return None
+            """,
+        )
+    )
+    hook = EvaluationHook(eval_step, _metrics(), input_fn=lambda: DATA, every_n_steps=2)
+    state = monitored.TrainState({"w": np.array([0.0])})
+    async with monitored.MonitoredSession(
+        state, hooks=[hook, monitored.StopAtStepHook(last_step=4)]
+    ) as sess:
+        while not sess.should_stop():
+            await sess.run(train_step)
+    assert [r.global_step for r in hook.results] == [1, 3]
+    assert module.asked == ["MonitoredSession"]
+    # On its own, an evaluation asks, as any session does.
+    await evaluate_once(eval_step, _metrics(), input=DATA, state=state)
+    assert module.asked == ["MonitoredSession", "EvaluationSession"]
+
+
 async def test_an_evaluation_that_raises_stops_training() -> None:
     ended: list[int] = []
 

@@ -25,6 +25,7 @@ from collections.abc import (
 )
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Final, Protocol, final
 
 import anyio
@@ -39,7 +40,6 @@ from .._core._errors import DamagedCheckpointError, OutOfRangeError
 from .._core._scaffold import Scaffold
 from .._core._session import MonitoredSession
 from .._core._state import TrainState
-from .._core._watchdog import FROM_ENV
 from ..data import FeedingPipeline, Pipeline
 from ..metrics import Mean, Metric
 from ._errors import NoCheckpointError, NoMetricUpdatesError
@@ -101,11 +101,16 @@ class EvaluationSession(MonitoredSession):
     _claims_run_directories = False
 
 
-#: ``blocked_loop_warning_secs`` of the sessions an evaluation makes. An evaluation
-#: inside training sets ``None`` while the training session's own watchdog watches
-#: the loop (it names an eval step holding the loop as well): a watchdog per
-#: evaluation started and joined a thread each time (see ``TrainingEvaluation``).
-LOOP_WATCH: ContextVar[Any] = ContextVar("monitored_evaluation_loop_watch", default=FROM_ENV)
+#: Arguments of the sessions an evaluation makes, set by an evaluation inside
+#: training (``TrainingEvaluation``) to what its training session knows already:
+#: ``blocked_loop_warning_secs=None`` while the training session's watchdog
+#: watches the loop (it names an eval step holding the loop as well), and
+#: ``cluster=LocalCluster()`` when the training trains alone (no installed
+#: plugin supplies a cluster to a process that trains alone). Each evaluation
+#: then starts no watchdog thread and asks no plugin for a cluster.
+SESSION_ARGUMENTS: ContextVar[Mapping[str, Any]] = ContextVar(
+    "monitored_evaluation_session_arguments", default=MappingProxyType({})
+)
 
 
 @final
@@ -211,7 +216,7 @@ async def _pick_together(
         plugin_options=plugin_options,
         training_config=config,
         max_wait_secs=max_wait_secs,
-        blocked_loop_warning_secs=LOOP_WATCH.get(),
+        **SESSION_ARGUMENTS.get(),
     )
     async with session as sess:
         if not chooser.picked:
@@ -606,7 +611,7 @@ async def _evaluate(
         disable_plugins=disable_plugins,
         plugin_options=plugin_options,
         training_config=config,
-        blocked_loop_warning_secs=LOOP_WATCH.get(),
+        **SESSION_ARGUMENTS.get(),
     )
     # Sharded, this loop decides where each process's input ends: an input
     # pipeline among the hooks must not stop every process at the shortest shard.

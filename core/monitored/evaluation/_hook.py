@@ -20,7 +20,13 @@ from .._core._timer import SecondOrStepTimer
 from .._core._watchdog import FROM_ENV, blocked_loop_threshold
 from ..metrics import Metric
 from ._errors import EvaluationFailedError
-from ._evaluate import LOOP_WATCH, EvaluationResult, check_metrics, check_options, evaluate_once
+from ._evaluate import (
+    SESSION_ARGUMENTS,
+    EvaluationResult,
+    check_metrics,
+    check_options,
+    evaluate_once,
+)
 
 #: What a hook evaluating during training passes on to ``evaluate_once`` (it
 #: gives ``input`` and ``state`` itself).
@@ -105,9 +111,14 @@ class TrainingEvaluation:
         config = session.training_config
         if "summary_dir" not in options and config is not None and config.summary_dir:
             options["summary_dir"] = os.path.join(config.summary_dir, "eval")
-        # The training session's watchdog watches this loop, the evaluation's steps
-        # included: the evaluation session starts no watchdog thread of its own.
-        token = LOOP_WATCH.set(None) if _watched(session) else None
+        # What the training session knows already, its evaluation session does not
+        # find out again (see SESSION_ARGUMENTS).
+        given: dict[str, Any] = {}
+        if _watched(session):
+            given["blocked_loop_warning_secs"] = None
+        if type(session.cluster) is LocalCluster:
+            given["cluster"] = LocalCluster()
+        token = SESSION_ARGUMENTS.set(given) if given else None
         try:
             result = await evaluate_once(
                 self.eval_fn,
@@ -132,7 +143,7 @@ class TrainingEvaluation:
             return
         finally:
             if token is not None:
-                LOOP_WATCH.reset(token)
+                SESSION_ARGUMENTS.reset(token)
         self.results.append(result)
         await session.report_evaluation(result.global_step, result.metrics)
 
