@@ -716,6 +716,25 @@ async def test_async_input_and_a_step_ending_the_input() -> None:
     assert result.metrics == {"mean_pred": 1.0}
 
 
+async def test_steps_counts_the_step_an_eval_hook_stops_after() -> None:
+    class StopAtSecond:
+        seen = 0
+
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            self.seen += 1
+            if self.seen == 2:
+                run_context.request_stop()
+
+    state = monitored.TrainState({"w": np.array([2.0])})
+    result = await evaluate_once(
+        eval_step, _metrics(), input=DATA * 3, state=state, hooks=[StopAtSecond()]
+    )
+    assert result.steps == 2
+    assert result.metrics["mean_pred"] == pytest.approx((2 + 4 + 6) / 3)
+    result = await evaluate_once(eval_step, _metrics(), input=DATA * 3, state=state, eval_steps=5)
+    assert result.steps == 5
+
+
 async def test_in_training_evaluation_summaries_go_to_the_training_eval_dir(
     tmp_path: Path,
 ) -> None:

@@ -584,7 +584,10 @@ async def _evaluate(
 
     for metric in metrics.values():
         metric.reset()
-    stopper = _StopAfterNEvals(eval_steps)
+    # A hook only where eval_steps asks for a stop: each hook a session registers
+    # costs more than the steps of a small evaluation. The loop counts the steps.
+    stopper = _StopAfterNEvals(eval_steps) if eval_steps is not None else None
+    done = 0
     final = FinalOpsHook(final_ops, final_ops_feed_dict) if final_ops is not None else None
     session_hooks: list[object] = []
     if restorer is not None:
@@ -593,7 +596,7 @@ async def _evaluate(
             # The chief's restore creates the arrays: the other processes of a
             # cluster create them from the chief's, as it does for an init_fn's.
             scaffold = Scaffold(init_fn=_filled_by_the_restore, copy_from_scaffold=scaffold)
-    session_hooks += [*hooks, stopper]
+    session_hooks += [*hooks, *([stopper] if stopper is not None else [])]
     if final is not None:
         session_hooks.append(final)
     # A summary schedule, so that a summaries plugin gives the session its writer
@@ -657,10 +660,11 @@ async def _evaluate(
                     await sess.run(eval_fn, batch, metrics=metrics)
             except (StopIteration, StopAsyncIteration, OutOfRangeError):
                 break
+            done += 1
             if sum(metric.updates for metric in metrics.values()) == before:
                 raise NoMetricUpdatesError(
                     f"eval step {_name(eval_fn)} updated none of the metrics "
-                    f"{sorted(metrics)} in eval step {stopper.done} (global step "
+                    f"{sorted(metrics)} in eval step {done} (global step "
                     f"{sess.state.global_step}); call metrics[name].update(...) in it"
                 )
         if sharded:
@@ -672,14 +676,14 @@ async def _evaluate(
     log.info(
         "Evaluation of step %d (%d eval step%s): %s",
         step,
-        stopper.done,
-        "" if stopper.done == 1 else "s",
+        done,
+        "" if done == 1 else "s",
         ", ".join(f"{k} = {v:.6g}" for k, v in values.items()),
     )
     return EvaluationResult(
         metrics=values,
         global_step=step,
-        steps=stopper.done,
+        steps=done,
         checkpoint_path=restorer.path if restorer is not None else None,
         final_ops_values=final.final_ops_values if final is not None else None,
     )
