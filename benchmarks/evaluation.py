@@ -25,6 +25,22 @@ is less disturbed by other jobs on a shared machine); the target is at most 1.05
 
     python benchmarks/evaluation.py --what train-and-evaluate [--steps 1000] [--eval-every 100]
 
+With ``--model-dir`` it runs as a user runs it by default: the installed
+plugins loaded with their defaults (checkpoint, summaries, NaN guard, progress,
+early stopping and MLflow off until configured), a fresh model directory per
+run, a checkpoint every ``--eval-every`` steps (``save_checkpoint_steps``;
+``EvalSpec(throttle_secs=0)``, so each new checkpoint is evaluated) and the
+session's default ``global_step/sec`` every 100 steps. The hand-written loop
+then does the same work by hand: a ``safetensors`` checkpoint of the state's
+arrays at the same steps (temporary name, ``fsync``, rename, the newest five
+kept), the same evaluations, ``tensorboardX`` scalars (the evaluation results
+into ``eval``, ``global_step/sec`` every 100 steps), ``np.isnan`` of the loss
+every step and a clock check for a progress line every 30 s. Both must give
+the same final metrics, evaluate as often and write as many checkpoints, or
+the script fails. ``--dir`` is the parent of the scratch directories.
+
+    python benchmarks/evaluation.py --what train-and-evaluate --model-dir [--dir DIR]
+
 ``--what evaluate-once``: the fixed cost of one evaluation: ``evaluate_once``
 over the demo's held-out set (a ``MonitoredSession`` of its own) against the
 same eval steps and metric results written inline; CPU time per evaluation,
@@ -50,8 +66,10 @@ import argparse
 import importlib.util
 import os
 import platform
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -185,12 +203,18 @@ def _load_demo() -> ModuleType:
 
 def _train_and_evaluate_row(args: argparse.Namespace) -> None:
     """``train_and_evaluate`` vs a hand-written loop on the demo model, alternating."""
-    os.environ["MONITORED_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    if not args.model_dir:
+        os.environ["MONITORED_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     demo = _load_demo()
     x_train, x_test, y_train, y_test = demo.load_data(0)
     order = np.random.default_rng(0).integers(0, len(y_train), (args.steps, 32))
     batches = [(x_train[i], y_train[i]) for i in order]
     held_out = [(x_test[i : i + 128], y_test[i : i + 128]) for i in range(0, len(y_test), 128)]
+    scratch = Path(tempfile.mkdtemp(prefix="monitored-tae-", dir=args.dir))
+    runs = iter(range(10**9))
+    #: What the last run did: evaluations (calls of the eval input function), and the
+    #: steps of the checkpoints it left (the newest five).
+    counts: dict[str, Any] = {"evaluations": 0, "checkpoints": []}
 
     def fresh_state() -> monitored.TrainState:
         state = monitored.TrainState(seed=0)
@@ -198,64 +222,113 @@ def _train_and_evaluate_row(args: argparse.Namespace) -> None:
         state.initialized = True
         return state
 
-    async def with_monitored() -> dict[str, float]:
+    def eval_input() -> list[tuple[Any, Any]]:
+        counts["evaluations"] += 1
+        return held_out
+
+    def fresh_dir() -> Path:
+        counts.update(evaluations=0, checkpoints=[])
+        path = scratch / str(next(runs))
+        path.mkdir()
+        return path
+
+    async def with_monitored(model_dir: Path) -> dict[str, float]:
+        if not args.model_dir:
+            result = await monitored.train_and_evaluate(
+                monitored.TrainSpec(demo.train_step, input_fn=lambda: batches),
+                monitored.EvalSpec(demo.eval_step, demo.eval_metrics(), input_fn=eval_input),
+                state=fresh_state(),
+                min_eval_frequency=args.eval_every,
+                log_step_count_steps=None,
+            )
+            return result.metrics
         result = await monitored.train_and_evaluate(
             monitored.TrainSpec(demo.train_step, input_fn=lambda: batches),
-            monitored.EvalSpec(demo.eval_step, demo.eval_metrics(), input_fn=lambda: held_out),
+            monitored.EvalSpec(
+                demo.eval_step, demo.eval_metrics(), input_fn=eval_input, throttle_secs=0
+            ),
+            model_dir=model_dir,
             state=fresh_state(),
             min_eval_frequency=args.eval_every,
-            log_step_count_steps=None,
+            save_checkpoint_steps=args.eval_every,
         )
         return result.metrics
 
-    def by_hand() -> dict[str, float]:
+    def by_hand(model_dir: Path) -> dict[str, float]:
         state = fresh_state()
         metrics = demo.eval_metrics()
 
         def evaluate() -> dict[str, float]:
             for metric in metrics.values():
                 metric.reset()
-            for batch in held_out:
+            for batch in eval_input():
                 demo.eval_step(state, batch, metrics)
             return {key: metric.result() for key, metric in metrics.items()}
 
         last = None
         results: dict[str, float] = {}
-        for batch in batches:
-            demo.train_step(state, batch)
-            step = state.global_step
-            if last is None or step - last >= args.eval_every:  # the hook's schedule
-                results, last = evaluate(), step
-        if last != state.global_step:
-            results = evaluate()
+        if not args.model_dir:
+            for batch in batches:
+                demo.train_step(state, batch)
+                step = state.global_step
+                if last is None or step - last >= args.eval_every:  # the hook's schedule
+                    results, last = evaluate(), step
+            if last != state.global_step:
+                results = evaluate()
+            return results
+        results = _by_hand_with_model_dir(
+            state, demo.train_step, batches, evaluate, model_dir, args
+        )
+        counts["checkpoints"] = _steps_kept(model_dir, ".safetensors")
         return results
 
-    def timed(fn: Callable[[], dict[str, float]]) -> tuple[float, float, dict[str, float]]:
+    def timed(fn: Callable[[Path], dict[str, float]]) -> tuple[float, float, dict[str, float]]:
+        model_dir = fresh_dir()
         wall, cpu = time.perf_counter(), time.process_time()
-        out = fn()
-        return time.perf_counter() - wall, time.process_time() - cpu, out
+        out = fn(model_dir)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        shutil.rmtree(model_dir)
+        return wall, cpu, out
 
-    run_monitored = lambda: anyio.run(with_monitored)  # noqa: E731
-    *_, expected = timed(by_hand)  # warm-up, both
-    *_, got = timed(run_monitored)
-    if got != expected:
-        raise SystemExit(f"the two loops disagree: {got} != {expected}")
-    times: dict[str, list[tuple[float, float]]] = {"monitored": [], "by hand": []}
-    for repeat in range(args.repeats):
-        pair = [("monitored", run_monitored), ("by hand", by_hand)]
-        for name, fn in pair if repeat % 2 == 0 else pair[::-1]:
-            wall, cpu, _ = timed(fn)
-            times[name].append((wall, cpu))
-    evaluations = -(-args.steps // args.eval_every) + 1
+    def run_monitored(model_dir: Path) -> dict[str, float]:
+        metrics = anyio.run(with_monitored, model_dir)
+        counts["checkpoints"] = _steps_kept(model_dir, ".json")
+        return metrics
+
+    try:
+        *_, expected = timed(by_hand)  # warm-up, both
+        done_by_hand = dict(counts)
+        *_, got = timed(run_monitored)
+        if got != expected:
+            raise SystemExit(f"the two loops disagree: {got} != {expected}")
+        if args.model_dir and counts != done_by_hand:
+            raise SystemExit(f"the two loops did not do the same work: {counts} != {done_by_hand}")
+        times: dict[str, list[tuple[float, float]]] = {"monitored": [], "by hand": []}
+        for repeat in range(args.repeats):
+            pair = [("monitored", run_monitored), ("by hand", by_hand)]
+            for name, fn in pair if repeat % 2 == 0 else pair[::-1]:
+                wall, cpu, _ = timed(fn)
+                times[name].append((wall, cpu))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    evaluations = done_by_hand["evaluations"]
+    flags = " --model-dir" if args.model_dir else ""
     print(
         f"python benchmarks/evaluation.py --what train-and-evaluate --steps {args.steps} "
-        f"--eval-every {args.eval_every} --repeats {args.repeats}\n"
+        f"--eval-every {args.eval_every} --repeats {args.repeats}{flags}\n"
+    )
+    made = (
+        f", a checkpoint every {args.eval_every} steps; plugins: "
+        f"{', '.join(sorted(_installed_plugins()))}"
+        if args.model_dir
+        else "; no model directory, installed plugins off"
     )
     print(
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}, NumPy {np.__version__}; load average "
-        f"{os.getloadavg()[0]:.1f}; {args.steps} steps of batch 32, about {evaluations} "
-        f"evaluations of {len(y_test)} held-out digits; final accuracy {got['accuracy']:.3f}\n"
+        f"{os.getloadavg()[0]:.1f}; {args.steps} steps of batch 32, {evaluations} "
+        f"evaluations of {len(y_test)} held-out digits{made}; final accuracy "
+        f"{got['accuracy']:.3f}\n"
     )
     print("| loop | wall s (median) | wall min - max | CPU s (median) | ratio wall | ratio CPU |")
     print("|---|--:|--:|--:|--:|--:|")
@@ -275,6 +348,83 @@ def _train_and_evaluate_row(args: argparse.Namespace) -> None:
         f"\nratio of medians: wall {wall_ratio:.3f}, CPU {cpu_ratio:.3f}; median of paired "
         f"CPU ratios {statistics.median(paired):.3f} (target <= 1.05)"
     )
+
+
+def _steps_kept(model_dir: Path, suffix: str) -> list[int]:
+    """The global steps of the checkpoints left in ``model_dir`` (``model.ckpt-<step><suffix>``)."""
+    names = [path.name for path in model_dir.glob(f"model.ckpt-*{suffix}")]
+    return sorted(int(name[len("model.ckpt-") : -len(suffix)]) for name in names)
+
+
+def _installed_plugins() -> list[str]:
+    """The names of the installed ``monitored`` plugins (entry points)."""
+    from importlib.metadata import entry_points
+
+    return [entry.name for entry in entry_points(group="monitored")]
+
+
+def _by_hand_with_model_dir(
+    state: monitored.TrainState,
+    train_step: Callable[[monitored.TrainState, Any], dict[str, Any]],
+    batches: list[tuple[Any, Any]],
+    evaluate: Callable[[], dict[str, float]],
+    model_dir: Path,
+    args: argparse.Namespace,
+) -> dict[str, float]:
+    """The default install's work written by hand: checkpoints, evaluations, scalars."""
+    from safetensors.numpy import save_file
+    from tensorboardX import SummaryWriter
+
+    writer = SummaryWriter(str(model_dir))
+    eval_writer = SummaryWriter(str(model_dir / "eval"))
+    kept: list[Path] = []
+
+    def save() -> None:
+        step = state.global_step
+        arrays = {name: state[name] for name in state}
+        path = model_dir / f"model.ckpt-{step}.safetensors"
+        tmp = path.with_suffix(".tmp")
+        save_file(arrays, str(tmp), metadata={"global_step": str(step)})
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        kept.append(path)
+        if len(kept) > 5:  # the checkpoint plugin's max_to_keep
+            kept.pop(0).unlink()
+
+    results: dict[str, float] = {}
+    last = 0
+    save()  # as the session's first checkpoint, at creation
+    clock = time.monotonic()
+    last_line, next_line = clock, clock + 30.0
+    for batch in batches:
+        out = train_step(state, batch)
+        if np.isnan(out["loss"]):
+            raise FloatingPointError(f"loss is NaN at step {state.global_step}")
+        step = state.global_step
+        now = time.monotonic()
+        if now >= next_line:
+            print(f"step {step}", file=sys.stderr)
+            next_line = now + 30.0
+        if step % 100 == 0:
+            writer.add_scalar("global_step/sec", 100 / max(now - last_line, 1e-9), step)
+            last_line = now
+        if step % args.eval_every == 0:
+            results, last = evaluate(), step
+            for key, value in results.items():
+                eval_writer.add_scalar(key, value, step)
+            save()
+    if last != state.global_step:
+        results = evaluate()
+        for key, value in results.items():
+            eval_writer.add_scalar(key, value, state.global_step)
+        save()
+    writer.close()
+    eval_writer.close()
+    return results
 
 
 def _evaluate_once_row(args: argparse.Namespace) -> None:
@@ -389,6 +539,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--eval-every", type=int, default=100)
+    parser.add_argument(
+        "--model-dir",
+        action="store_true",
+        help="train-and-evaluate as by default: installed plugins and a model directory",
+    )
+    parser.add_argument("--dir", default=None, help="parent of the scratch model directories")
     args = parser.parse_args()
     if args.what == "train-and-evaluate":
         _train_and_evaluate_row(args)

@@ -191,7 +191,8 @@ def run_directories(session: MonitoredSession) -> Sequence[str] | None:
     :class:`~monitored.RunOwnedError` before anything is restored or written; a
     dead owner's claim is taken over with a :class:`~monitored.RunTakenOverWarning`.
     Return paths or URLs (a relative path is resolved once, against the working
-    directory at the session's start), or ``None``. Readers return nothing.
+    directory at the session's start), or ``None``. Readers return nothing; an
+    evaluation session does not call it (it claims nothing).
     """
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from _helpers import StandInCluster, hide_plugins, install_cluster
 import monitored
 from monitored import data
 from monitored import metrics as m
+from monitored._core._watchdog import BLOCKED_LOOP_ENV
 from monitored.evaluation import (
     EvaluationFailedError,
     EvaluationHook,
@@ -222,6 +225,40 @@ async def test_summaries_go_to_the_eval_directory_through_the_sink(tmp_path: Pat
 
     await evaluate_once(eval_step, _metrics(), input=DATA, checkpoint_dir=tmp_path, hooks=[Sink()])
     assert written == [(str(tmp_path / "eval"), 5, {"mse": 0.0, "mean_pred": 4.0})]
+
+
+async def test_an_evaluation_claims_no_run_directory_and_is_not_refused(tmp_path: Path) -> None:
+    # An evaluation writes beside a run it reads, as evaluators may (one writer per
+    # run is the training's): it asks no hook for run_directories and claims
+    # nothing, not even while a training owns the directory it writes to.
+    asked: list[str] = []
+
+    class Writes:
+        def run_directories(self, session: Any) -> list[str]:
+            asked.append("run_directories")
+            return [str(tmp_path / "eval")]
+
+    owner = monitored.claim_run(tmp_path / "eval")
+    assert owner is not None
+    try:
+        state = monitored.TrainState({"w": np.array([2.0])}, global_step=7)
+        result = await evaluate_once(
+            eval_step, _metrics(), input=DATA, state=state, hooks=[Writes()]
+        )
+        assert result.metrics == {"mse": 0.0, "mean_pred": 4.0}
+        assert asked == []
+        owner.check()  # still the newest claim: the evaluation took nothing over
+    finally:
+        owner.release()
+    # A training session with the same hook does claim it (and is refused meanwhile).
+    blocker = monitored.claim_run(tmp_path / "eval")
+    assert blocker is not None
+    try:
+        with pytest.raises(monitored.RunOwnedError):
+            async with monitored.MonitoredSession(monitored.TrainState(), hooks=[Writes()]):
+                pass
+    finally:
+        blocker.release()
 
 
 async def test_a_checkpoint_dir_that_does_not_exist_is_named_as_such(tmp_path: Path) -> None:
@@ -531,6 +568,75 @@ async def test_evaluation_inside_training_reaches_the_training_plugins() -> None
     assert reported[0][1]["mean_pred"] == pytest.approx(1.0 * 2)
 
 
+@pytest.mark.parametrize("training_watches", [0.3, None])
+async def test_an_eval_step_holding_the_loop_inside_training_is_named_once(
+    caplog: pytest.LogCaptureFixture, training_watches: float | None
+) -> None:
+    # The training session's watchdog names an eval step that holds the loop: its
+    # evaluation sessions start no watchdog thread of their own. A training that
+    # does not watch leaves the evaluations their own (the 0.3 s of the environment).
+    watchdogs: list[int] = []
+
+    def slow_eval_step(state: Any, batch: Any, metrics: Any) -> None:
+        watchdogs.append(
+            sum(thread.name == "monitored loop watchdog" for thread in threading.enumerate())
+        )
+        if state.global_step == 3 and len(watchdogs) == 3:
+            time.sleep(1.0)
+        eval_step(state, batch, metrics)
+
+    hook = EvaluationHook(slow_eval_step, _metrics(), input_fn=lambda: DATA, every_n_steps=2)
+    state = monitored.TrainState({"w": np.array([0.0])})
+    with caplog.at_level(logging.WARNING, logger="monitored"), pytest.MonkeyPatch.context() as env:
+        env.setenv(BLOCKED_LOOP_ENV, "0.3")
+        async with monitored.MonitoredSession(
+            state,
+            hooks=[hook, monitored.StopAtStepHook(last_step=4)],
+            blocked_loop_warning_secs=training_watches,
+        ) as sess:
+            while not sess.should_stop():
+                await sess.run(train_step)
+    # Two evaluations of two batches; until the warning (said once), one watchdog
+    # thread: the training's, or else the evaluation's own.
+    assert len(watchdogs) == 4
+    assert watchdogs[:3] == [1, 1, 1]
+    [message] = [r.getMessage() for r in caplog.records if "held the event loop" in r.getMessage()]
+    assert message.startswith("step function tests.evaluation.test_evaluation.")
+    assert "slow_eval_step (line" in message
+
+
+async def test_inside_a_training_alone_evaluations_ask_no_plugin_for_a_cluster(
+    fake_plugin: Any,
+) -> None:
+    # A cluster supplier that supplies none (monitored-mpi in one process) is asked
+    # once, by the training session: its evaluations train alone as it does.
+    import importlib
+
+    module = importlib.import_module(
+        fake_plugin(
+            "lonely",
+            """
+            asked = []
+            def cluster(session):
+                asked.append(type(session).__name__)
+                return None
+            """,
+        )
+    )
+    hook = EvaluationHook(eval_step, _metrics(), input_fn=lambda: DATA, every_n_steps=2)
+    state = monitored.TrainState({"w": np.array([0.0])})
+    async with monitored.MonitoredSession(
+        state, hooks=[hook, monitored.StopAtStepHook(last_step=4)]
+    ) as sess:
+        while not sess.should_stop():
+            await sess.run(train_step)
+    assert [r.global_step for r in hook.results] == [1, 3]
+    assert module.asked == ["MonitoredSession"]
+    # On its own, an evaluation asks, as any session does.
+    await evaluate_once(eval_step, _metrics(), input=DATA, state=state)
+    assert module.asked == ["MonitoredSession", "EvaluationSession"]
+
+
 async def test_an_evaluation_that_raises_stops_training() -> None:
     ended: list[int] = []
 
@@ -608,6 +714,25 @@ async def test_async_input_and_a_step_ending_the_input() -> None:
     result = await evaluate_once(until_three, {"mean_pred": m.Mean()}, state=state)
     assert result.steps == 3
     assert result.metrics == {"mean_pred": 1.0}
+
+
+async def test_steps_counts_the_step_an_eval_hook_stops_after() -> None:
+    class StopAtSecond:
+        seen = 0
+
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            self.seen += 1
+            if self.seen == 2:
+                run_context.request_stop()
+
+    state = monitored.TrainState({"w": np.array([2.0])})
+    result = await evaluate_once(
+        eval_step, _metrics(), input=DATA * 3, state=state, hooks=[StopAtSecond()]
+    )
+    assert result.steps == 2
+    assert result.metrics["mean_pred"] == pytest.approx((2 + 4 + 6) / 3)
+    result = await evaluate_once(eval_step, _metrics(), input=DATA * 3, state=state, eval_steps=5)
+    assert result.steps == 5
 
 
 async def test_in_training_evaluation_summaries_go_to_the_training_eval_dir(

@@ -126,6 +126,9 @@ class MonitoredSession(Recovery, StopAgreement, PluginRegistration, PluginServic
     #: Whether installed plugins marked ``training_only`` are loaded (an evaluation
     #: session leaves out early stopping, NaN guards, progress and checkpoint saving).
     _loads_training_only_plugins = True
+    #: Whether the chief claims the directories its hooks write (``run_directories``):
+    #: an evaluation session, which writes beside a run it reads, claims none.
+    _claims_run_directories = True
 
     #: Input pipelines among its hooks whose end the session's loop handles itself
     #: (a sharded evaluation's input): they do not look for their next batch to
@@ -326,7 +329,7 @@ class MonitoredSession(Recovery, StopAgreement, PluginRegistration, PluginServic
                 trains_alone=isinstance(self._cluster, LocalCluster),
                 idle_suppliers=self._idle_suppliers,
             )
-            if self.is_chief:
+            if self.is_chief and self._claims_run_directories:
                 self._owners = await claim_session_directories(self._require_plan(), self)
         except BaseException as exc:
             self._cluster.fail(exc)

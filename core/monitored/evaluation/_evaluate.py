@@ -23,7 +23,9 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Final, Protocol, final
 
 import anyio
@@ -87,12 +89,29 @@ class EvaluationSession(MonitoredSession):
     eval steps too, and could stop an evaluation early with partial metrics.
     Their training sessions hear the results (``after_evaluate``). It names its
     plugins at ``DEBUG`` level: training evaluates often, and the training
-    session has named them already.
+    session has named them already. It claims no run directory
+    (``run_directories``): an evaluation reads a run and writes its results
+    beside it (``<model_dir>/eval``), as evaluators always may (one writer per
+    run is the training's); inside training the model directory is the training
+    session's already, and a claim per evaluation cost three ``fsync``s.
     """
 
     _warn_stalled_global_step = False
     _plugins_log_level = logging.DEBUG
     _loads_training_only_plugins = False
+    _claims_run_directories = False
+
+
+#: Arguments of the sessions an evaluation makes, set by an evaluation inside
+#: training (``TrainingEvaluation``) to what its training session knows already:
+#: ``blocked_loop_warning_secs=None`` while the training session's watchdog
+#: watches the loop (it names an eval step holding the loop as well), and
+#: ``cluster=LocalCluster()`` when the training trains alone (no installed
+#: plugin supplies a cluster to a process that trains alone). Each evaluation
+#: then starts no watchdog thread and asks no plugin for a cluster.
+SESSION_ARGUMENTS: ContextVar[Mapping[str, Any]] = ContextVar(
+    "monitored_evaluation_session_arguments", default=MappingProxyType({})
+)
 
 
 @final
@@ -198,6 +217,7 @@ async def _pick_together(
         plugin_options=plugin_options,
         training_config=config,
         max_wait_secs=max_wait_secs,
+        **SESSION_ARGUMENTS.get(),
     )
     async with session as sess:
         if not chooser.picked:
@@ -566,7 +586,10 @@ async def _evaluate(
 
     for metric in metrics.values():
         metric.reset()
-    stopper = _StopAfterNEvals(eval_steps)
+    # A hook only where eval_steps asks for a stop: each hook a session registers
+    # costs more than the steps of a small evaluation. The loop counts the steps.
+    stopper = _StopAfterNEvals(eval_steps) if eval_steps is not None else None
+    done = 0
     final = FinalOpsHook(final_ops, final_ops_feed_dict) if final_ops is not None else None
     session_hooks: list[object] = []
     if restorer is not None:
@@ -575,7 +598,7 @@ async def _evaluate(
             # The chief's restore creates the arrays: the other processes of a
             # cluster create them from the chief's, as it does for an init_fn's.
             scaffold = Scaffold(init_fn=_filled_by_the_restore, copy_from_scaffold=scaffold)
-    session_hooks += [*hooks, stopper]
+    session_hooks += [*hooks, *([stopper] if stopper is not None else [])]
     if final is not None:
         session_hooks.append(final)
     # A summary schedule, so that a summaries plugin gives the session its writer
@@ -593,6 +616,7 @@ async def _evaluate(
         disable_plugins=disable_plugins,
         plugin_options=plugin_options,
         training_config=config,
+        **SESSION_ARGUMENTS.get(),
     )
     # Sharded, this loop decides where each process's input ends: an input
     # pipeline among the hooks must not stop every process at the shortest shard.
@@ -638,10 +662,11 @@ async def _evaluate(
                     await sess.run(eval_fn, batch, metrics=metrics)
             except (StopIteration, StopAsyncIteration, OutOfRangeError):
                 break
+            done += 1
             if sum(metric.updates for metric in metrics.values()) == before:
                 raise NoMetricUpdatesError(
                     f"eval step {_name(eval_fn)} updated none of the metrics "
-                    f"{sorted(metrics)} in eval step {stopper.done} (global step "
+                    f"{sorted(metrics)} in eval step {done} (global step "
                     f"{sess.state.global_step}); call metrics[name].update(...) in it"
                 )
         if sharded:
@@ -653,14 +678,14 @@ async def _evaluate(
     log.info(
         "Evaluation of step %d (%d eval step%s): %s",
         step,
-        stopper.done,
-        "" if stopper.done == 1 else "s",
+        done,
+        "" if done == 1 else "s",
         ", ".join(f"{k} = {v:.6g}" for k, v in values.items()),
     )
     return EvaluationResult(
         metrics=values,
         global_step=step,
-        steps=stopper.done,
+        steps=done,
         checkpoint_path=restorer.path if restorer is not None else None,
         final_ops_values=final.final_ops_values if final is not None else None,
     )

@@ -11,15 +11,22 @@ from __future__ import annotations
 import difflib
 import inspect
 import os
-from collections.abc import AsyncIterable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterable, Callable, Coroutine, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, final
 
 from .._core._cluster import LocalCluster
 from .._core._markers import hookimpl
 from .._core._timer import SecondOrStepTimer
+from .._core._watchdog import FROM_ENV, blocked_loop_threshold
 from ..metrics import Metric
 from ._errors import EvaluationFailedError
-from ._evaluate import EvaluationResult, check_metrics, check_options, evaluate_once
+from ._evaluate import (
+    SESSION_ARGUMENTS,
+    EvaluationResult,
+    check_metrics,
+    check_options,
+    evaluate_once,
+)
 
 #: What a hook evaluating during training passes on to ``evaluate_once`` (it
 #: gives ``input`` and ``state`` itself).
@@ -104,6 +111,14 @@ class TrainingEvaluation:
         config = session.training_config
         if "summary_dir" not in options and config is not None and config.summary_dir:
             options["summary_dir"] = os.path.join(config.summary_dir, "eval")
+        # What the training session knows already, its evaluation session does not
+        # find out again (see SESSION_ARGUMENTS).
+        given: dict[str, Any] = {}
+        if _watched(session):
+            given["blocked_loop_warning_secs"] = None
+        if type(session.cluster) is LocalCluster:
+            given["cluster"] = LocalCluster()
+        token = SESSION_ARGUMENTS.set(given) if given else None
         try:
             result = await evaluate_once(
                 self.eval_fn,
@@ -126,8 +141,23 @@ class TrainingEvaluation:
             error.__cause__ = exc
             session.coord.request_stop(error)
             return
+        finally:
+            if token is not None:
+                SESSION_ARGUMENTS.reset(token)
         self.results.append(result)
         await session.report_evaluation(result.global_step, result.metrics)
+
+
+def _watched(session: MonitoredSession) -> bool:
+    """Whether ``session``'s watchdog warns of a held loop as soon as an evaluation's would."""
+    outer = session._blocked_loop_secs
+    if outer is None:
+        return False
+    try:
+        own = blocked_loop_threshold(FROM_ENV)
+    except ValueError:
+        return False  # the evaluation session says what is wrong with the variable
+    return own is None or outer <= own
 
 
 class EvaluatesInTraining:
@@ -195,12 +225,16 @@ class EvaluationHook(EvaluatesInTraining):
                 "together; use every_n_steps (train_and_evaluate: min_eval_frequency=N)"
             )
 
-    async def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
+    def after_run(
+        self, run_context: SessionRunContext, run_values: SessionRunValues
+    ) -> Coroutine[Any, Any, None] | None:
+        """The evaluation when it is due (sync otherwise: a step awaits nothing then)."""
         session = run_context.session
         step = session.state.global_step
-        if self._timer.should_trigger_for_step(step):
-            self._timer.update_last_triggered_step(step)
-            await self._evaluation(session)
+        if not self._timer.should_trigger_for_step(step):
+            return None
+        self._timer.update_last_triggered_step(step)
+        return self._evaluation(session)
 
     @hookimpl(tryfirst=True)  # first: the other hooks' end (early stopping) hear the result
     async def end(self, session: MonitoredSession) -> None:
