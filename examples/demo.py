@@ -45,6 +45,7 @@ import argparse
 import importlib.util
 import logging
 import os
+import signal
 from typing import Any
 
 import anyio
@@ -53,6 +54,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 import monitored
+from monitored.evaluation import EvaluationResult
 
 log = logging.getLogger("demo")
 
@@ -160,6 +162,21 @@ async def train(
 ) -> monitored.TrainState:
     """Train up to global step ``steps``, resuming from ``checkpoint_dir`` if it has one.
 
+    The trained state; :func:`run` says more (the last evaluation, a signal).
+    """
+    state, _ = await run(steps, seed, checkpoint_dir, eval_every, mlflow)
+    return state
+
+
+async def run(
+    steps: int,
+    seed: int = 0,
+    checkpoint_dir: str | None = None,
+    eval_every: int = 100,
+    mlflow: bool = False,
+) -> tuple[monitored.TrainState, EvaluationResult]:
+    """Train up to global step ``steps``, resuming from ``checkpoint_dir`` if it has one.
+
     The held-out set is evaluated every ``eval_every`` steps (after the checkpoint
     of that step, with a ``checkpoint_dir``) and once at the end; the early
     stopping hook, when installed, ends training once held-out accuracy stops
@@ -230,7 +247,7 @@ async def train(
         f"held-out accuracy after {result.global_step} steps: {metrics['accuracy']:.3f} "
         f"(mean per-class {metrics['per_class_accuracy']:.3f})"
     )
-    return state
+    return state, result
 
 
 def main() -> None:
@@ -253,10 +270,17 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     try:
-        anyio.run(train, args.steps, args.seed, args.checkpoint_dir or None, 100, args.mlflow)
+        _, result = anyio.run(
+            run, args.steps, args.seed, args.checkpoint_dir or None, 100, args.mlflow
+        )
     except (monitored.RunOwnedError, monitored.UnconnectedTasksError) as exc:
         # Not a bug to debug but a run to start elsewhere: the message says what to do.
         raise SystemExit(f"demo: {exc}") from None
+    if result.stopped_by_signal is not None:
+        # Interrupted is not finished: a shell (`demo && next`) or a scheduler must
+        # be able to tell. The checkpoint of the last step is saved: run it again.
+        print(f"demo: stopped by {result.stopped_by_signal} at step {result.global_step}")
+        raise SystemExit(128 + signal.Signals[result.stopped_by_signal].value)
 
 
 if __name__ == "__main__":

@@ -66,7 +66,11 @@ class EvaluationResult:
     ``metrics`` maps each metric's key to its result; ``global_step`` is the step
     of the state evaluated; ``steps`` counts the eval steps run;
     ``checkpoint_path`` is the checkpoint evaluated (``None`` for a given state);
-    ``final_ops_values`` what ``final_ops`` gave.
+    ``final_ops_values`` what ``final_ops`` gave. The last result of
+    ``train_and_evaluate`` also says whether a signal ended the training
+    (``stopped_by_signal``: ``"SIGINT"``, ``"SIGTERM"`` or ``None``, as
+    :attr:`MonitoredSession.stopped_by_signal <monitored.MonitoredSession.stopped_by_signal>`),
+    so that a script can exit as interrupted rather than finished.
     """
 
     metrics: dict[str, float]
@@ -74,6 +78,7 @@ class EvaluationResult:
     steps: int
     checkpoint_path: str | None = None
     final_ops_values: Any = field(default=None, compare=False)
+    stopped_by_signal: str | None = field(default=None, compare=False)
 
     def as_dict(self) -> dict[str, float | int]:
         """``{**metrics, "global_step": step}``, the shape ``Estimator.evaluate`` returns."""

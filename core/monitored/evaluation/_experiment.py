@@ -12,6 +12,7 @@ by itself.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
 import logging
@@ -124,6 +125,7 @@ class Experiment:
     """
 
     __slots__ = (
+        "_stopped_by_signal",
         "_train_input_position",
         "_where",
         "continuous_eval_throttle_secs",
@@ -233,6 +235,8 @@ class Experiment:
         self._where = where
         #: Where the training input stopped at the end of the last training run.
         self._train_input_position: dict[str, Any] | None = None
+        #: The signal that stopped the last training session, if one did.
+        self._stopped_by_signal: str | None = None
 
     #: ``continuous_train_and_eval``'s evaluations: their summaries' name (``eval_<name>``),
     #: and whether a round stops at ``train_steps`` (contrib's Experiment: ``one_pass``,
@@ -405,7 +409,9 @@ class Experiment:
             min_steps=min_steps, min_secs=min_secs, name=name, by_steps=by_steps
         )
         await self._train([evaluation, *self._stop_hooks()])
-        return evaluation.results[-1]
+        return dataclasses.replace(
+            evaluation.results[-1], stopped_by_signal=self._stopped_by_signal
+        )
 
     def _evaluation(
         self, *, min_steps: int, min_secs: float, name: str | None, by_steps: bool = True
@@ -499,6 +505,7 @@ class Experiment:
                 await sess.run(self.train_fn, batch)
         if pipeline is not None and pipeline.name == TRAIN_INPUT_NAME:
             self._train_input_position = pipeline.plugin_state()
+        self._stopped_by_signal = sess.stopped_by_signal
         return stopped
 
     def _train_input(self) -> Pipeline | None:

@@ -5,6 +5,10 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,3 +51,39 @@ async def test_demo_resumes_from_its_checkpoint_when_run_twice(
     # the early-stopping hook's checks from the first run went through the resume.
     assert rule["index"] == 6
     assert rule["best"] > 0.5
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_the_demo_stopped_by_a_signal_saves_and_exits_as_interrupted(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    """Ctrl-C is not "finished": the exit status is 128 + the signal, after the save."""
+    pytest.importorskip("sklearn")
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("MONITORED_DISABLE_PLUGIN_AUTOLOAD", None)
+    command = [sys.executable, str(DEMO), "--steps", "1000000", "--no-mlflow"]
+    child = subprocess.Popen(
+        [*command, "--checkpoint-dir", str(run_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while latest_checkpoint(str(run_dir)) in (None, os.path.join(run_dir, "model.ckpt-0")):
+            assert child.poll() is None, child.communicate()[0]
+            assert time.monotonic() < deadline, "no periodic checkpoint within 120 s"
+            time.sleep(0.05)
+        child.send_signal(signum)
+        out, _ = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 128 + signum, out
+    [line] = [x for x in out.splitlines() if x.startswith("demo: stopped by")]
+    step = int(line.rsplit(" ", 1)[1])
+    assert line == f"demo: stopped by {signum.name} at step {step}"
+    assert latest_checkpoint(str(run_dir)) == os.path.join(run_dir, f"model.ckpt-{step}")
