@@ -61,6 +61,28 @@ async def test_a_coroutine_after_plain_values_is_refused_too() -> None:
         await _run([{"loss": np.float32(1.0)}, {"loss": 2.0}, {"loss": compute_loss()}])
 
 
+async def test_a_coroutine_output_nothing_fetches_is_warned_of_at_the_close() -> None:
+    """Without a hook fetching it (no plugins), the forgotten ``await`` is still said."""
+
+    async def step(state: monitored.TrainState) -> dict[str, Any]:
+        state.global_step += 1
+        return {"loss": compute_loss(), "lr": 0.1}
+
+    with pytest.warns(RuntimeWarning) as caught:
+        async with monitored.MonitoredSession() as sess:
+            await sess.run(step)
+    [warning] = caught
+    assert str(warning.message) == (
+        "the last step's output 'loss' is coroutine compute_loss, never awaited: did you "
+        "forget `await` where the step computes it?"
+    )
+
+
+async def test_a_fetched_coroutine_is_said_once_not_again_at_the_close() -> None:
+    with pytest.raises(monitored.FetchError):
+        await _run([{"loss": compute_loss()}])  # warnings are errors: none at the close
+
+
 async def test_a_tensor_that_requires_grad_names_the_output_and_detach() -> None:
     with pytest.raises(monitored.FetchError) as caught:
         await _run([{"loss": FakeTensor(1.0, requires_grad=True)}])

@@ -27,6 +27,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from types import TracebackType
@@ -456,6 +457,7 @@ class MonitoredSession(Recovery, StopAgreement, PluginRegistration, PluginServic
                     await host.stop()
             finally:
                 self._coord._attach(None)
+                _warn_unawaited_outputs(self._outputs)
                 self._outputs = {}
                 if self._finalizes_state:
                     # As TF1 un-finalizes its graph: a later session on the same
@@ -1080,6 +1082,26 @@ def _check_step_fn(step_fn: Callable[..., Any]) -> None:
         )
     if key is not None:
         _CHECKED_STEP_FNS[key] = None
+
+
+def _warn_unawaited_outputs(outputs: Mapping[str, Any]) -> None:
+    """Warn of a last step's output that is a coroutine never awaited.
+
+    It is an ``await`` forgotten in the step (``return {"loss": compute()}`` with
+    ``async def compute``). A hook fetching it says so at once (``FetchError``);
+    where nothing fetches it, it is said here, at the close, which costs the steps
+    nothing. The coroutine is closed, so Python adds no warning of its own.
+    """
+    for name, value in outputs.items():
+        if inspect.iscoroutine(value) and inspect.getcoroutinestate(value) == "CORO_CREATED":
+            value.close()
+            warnings.warn(
+                f"the last step's output {name!r} is coroutine "
+                f"{value.__qualname__}, never awaited: did you forget `await` "
+                "where the step computes it?",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
 
 def _outputs_of(returned: Any, step_fn: Callable[..., Any]) -> Mapping[str, Any]:
