@@ -106,6 +106,7 @@ class SummarySaverHook:
         "claims_directory",
         "histograms",
         "hparams",
+        "keep_writer_open",
         "metrics",
         "output_dir",
         "scalars",
@@ -175,6 +176,11 @@ class SummarySaverHook:
         #: Whether the session's chief claims ``output_dir`` (``run_directories``):
         #: set on the hook the plugin makes for a ``MonitoredTrainingSession``.
         self.claims_directory = False
+        #: Whether the session gives its shared writer back open, for the next session
+        #: of ``output_dir`` in this process (``FileWriterCache.release(keep_open=True)``):
+        #: set on the hook the plugin makes for an evaluation, so that a training's
+        #: evaluations append to one event file.
+        self.keep_writer_open = False
         self.scalars = _names("scalars", scalars)
         self.histograms = _names("histograms", histograms)
         self.hparams = (
@@ -460,7 +466,7 @@ class SummarySaverHook:
         self._detach()
         writer, self._held = self._held, None
         if writer is not None:
-            FileWriterCache.release(writer)
+            FileWriterCache.release(writer, keep_open=self.keep_writer_open)
 
     def _release_quietly(self) -> None:
         """:meth:`_release` where a failure was already reported (or nobody is left)."""

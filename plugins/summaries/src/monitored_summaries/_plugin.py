@@ -80,6 +80,9 @@ def training_hooks(config: TrainingConfig) -> list[object] | None:
     else:
         return None
     hook.claims_directory = True  # the run's log directory: one writer (run_directories)
+    # An evaluation's writer stays open for the next evaluation of the directory: the
+    # evaluations of one process append to one event file.
+    hook.keep_writer_open = config.evaluation
     return [hook]
 
 

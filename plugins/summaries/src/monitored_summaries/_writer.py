@@ -42,7 +42,7 @@ from tensorboardX.proto.summary_pb2 import Summary
 from ._encode import encode
 from ._errors import SummaryDirectoryError, SummaryWriteError
 from ._logdir import LogDir, open_logdir
-from ._naming import OrderedEventsWriter, event_file_name
+from ._naming import PREFIX, OrderedEventsWriter, event_file_name
 
 __all__ = ["EXIT_STALL_SECS", "FileWriter", "FileWriterCache", "SummaryWriter"]
 
@@ -238,6 +238,13 @@ class FileWriter:
         finally:
             _LIVE.discard(self)
         self._raise_error()
+
+    def _newest(self) -> bool:
+        """Whether this writer's event file is there and sorts last in its directory."""
+        if self._gone():
+            return False
+        files = [name for name in self._dir.names() if name.startswith(PREFIX)]
+        return bool(files) and max(files) == self._name
 
     def _gone(self) -> bool:
         """Whether this local writer's event file was removed (with its directory, say)."""
@@ -435,13 +442,27 @@ class FileWriterCache:
     :meth:`acquire` and gives it back with :meth:`release` when it ends, so the
     writer is flushed then and closed once no session (and no :meth:`get`) holds
     it: nothing is left to write into a directory after its last session.
+
+    A session that gives its writer back with ``keep_open=True`` (an evaluation's:
+    a training evaluates its model directory again and again) leaves it open, flushed,
+    for the next session of that directory in this process: the evaluations of one
+    process append to one event file instead of opening one each. Such an idle
+    writer is closed after :attr:`idle_close_secs` unused, by :meth:`clear`, or at
+    exit; a session that finds its event file no longer the newest of the directory
+    (another writer's file sorts after it) or removed gets a new writer, so the
+    files of a directory still sort in the order of the run.
     """
+
+    #: How long a writer given back with ``keep_open=True`` stays open unused.
+    idle_close_secs: float = 600.0
 
     _writers: dict[str, FileWriter] = {}  # noqa: RUF012 (a process-wide cache, on purpose)
     #: How many sessions hold each writer (acquire/release).
     _holders: dict[FileWriter, int] = {}  # noqa: RUF012
     #: Writers handed out by get: never closed by a release.
     _pinned: weakref.WeakSet[FileWriter] = weakref.WeakSet()  # noqa: RUF012
+    #: Writers given back with ``keep_open=True`` that no session holds: their closers.
+    _idle: dict[FileWriter, threading.Timer] = {}  # noqa: RUF012
     _lock = threading.Lock()
 
     @classmethod
@@ -461,11 +482,13 @@ class FileWriterCache:
             return writer
 
     @classmethod
-    def release(cls, writer: FileWriter) -> None:
+    def release(cls, writer: FileWriter, *, keep_open: bool = False) -> None:
         """Give back a writer taken with :meth:`acquire`: flush it, and close it (and
         forget it) if nothing else holds it. Raises its :class:`SummaryWriteError`.
 
-        A writer closed meanwhile (by :meth:`clear`, say) needs nothing more.
+        With ``keep_open`` a writer nothing else holds is flushed and kept for the
+        next session of its directory, and closed after :attr:`idle_close_secs`
+        unused. A writer closed meanwhile (by :meth:`clear`, say) needs nothing more.
         """
         with cls._lock:
             holders = cls._holders.get(writer, 0) - 1
@@ -478,6 +501,12 @@ class FileWriterCache:
             else:
                 del cls._holders[writer]
             last = not holders and writer not in cls._pinned
+            if last and keep_open and writer.error is None and not writer.closed:
+                closer = threading.Timer(cls.idle_close_secs, cls._close_idle, (writer,))
+                closer.daemon = True
+                cls._idle[writer] = closer
+                closer.start()
+                last = False
             if last:
                 for key, cached in list(cls._writers.items()):
                     if cached is writer:
@@ -494,6 +523,9 @@ class FileWriterCache:
             writers, cls._writers = list(cls._writers.values()), {}
             cls._holders.clear()
             cls._pinned.clear()
+            for closer in cls._idle.values():
+                closer.cancel()
+            cls._idle.clear()
         for writer in writers:
             with contextlib.suppress(SummaryWriteError):
                 writer.close()
@@ -503,9 +535,34 @@ class FileWriterCache:
         """The live writer of ``logdir``, made anew if there is none (called locked)."""
         key = open_logdir(logdir).key
         writer = cls._writers.get(key)
+        closer = cls._idle.pop(writer, None) if writer is not None else None
+        if closer is not None:
+            closer.cancel()
+            assert writer is not None
+            if not writer._newest():
+                # Another writer's file sorts after it (or it was removed): a new file,
+                # so the directory's files stay in the order of the run.
+                writer._discard()
         if writer is None or writer.closed or writer.error is not None:
             writer = cls._writers[key] = FileWriter(os.fspath(logdir))
         return writer
+
+    @classmethod
+    def _close_idle(cls, writer: FileWriter) -> None:
+        """Close a writer kept open by ``release(keep_open=True)`` that stayed unused."""
+        with cls._lock:
+            if cls._idle.pop(writer, None) is None:
+                return  # taken again (or cleared) meanwhile
+            for key, cached in list(cls._writers.items()):
+                if cached is writer:
+                    del cls._writers[key]
+        if writer._gone():
+            writer._discard()  # its directory was removed: nothing to close it into
+            return
+        try:
+            writer.close()
+        except SummaryWriteError as exc:
+            log.error("closing the idle writer of %s: %s", writer.path, exc)
 
 
 def _start_exit_clock() -> None:
