@@ -479,3 +479,40 @@ async def test_a_run_is_named_after_its_checkpoint_directory_by_default(
 async def test_without_a_checkpoint_directory_mlflow_names_the_run(tracking_uri: str) -> None:
     await train(tracking_uri, 5)
     assert only_run(tracking_uri).info.run_name  # MLflow's own (adjective-animal-number)
+
+
+def outputs_step(state: TrainState) -> dict[str, Any]:
+    """Every kind of step output: scalars of every sort, and what no sink takes."""
+    state.global_step += 1
+    return {
+        "loss": np.float32(1.0 / state.global_step),
+        "grad_norm": np.array([2.0]),
+        "count": 3,
+        "rate": 0.5,
+        "zero_d": np.array(4.0, np.float64),
+        "flag": True,
+        "np_flag": np.bool_(False),
+        "vector": np.arange(3.0),
+        "name": "x",
+    }
+
+
+async def test_tensorboard_and_mlflow_get_the_same_scalar_outputs_from_one_run(
+    tracking_uri: str, tmp_path: Path
+) -> None:
+    # One rule (monitored.scalar_outputs) for every sink: the summaries plugin's event
+    # file and the MLflow run hold the same step outputs by name.
+    await train(
+        tracking_uri, 20, step_fn=outputs_step, summary_dir=tmp_path, save_summaries_steps=10
+    )
+    in_file = {
+        value.tag
+        for path in glob.glob(str(tmp_path / "events.out.tfevents.*"))
+        for event in summary_iterator(path)
+        for value in event.summary.value
+    }
+    run = only_run(tracking_uri)
+    in_mlflow = set(run.data.metrics)
+    expected = {"loss", "grad_norm", "count", "rate", "zero_d"}
+    assert in_file - {"global_step/sec"} == expected
+    assert in_mlflow - {"global_step/sec"} == expected

@@ -346,6 +346,7 @@ async def test_recorded_scalars_reach_every_other_sink_once_at_the_step_written(
     # Under the tag TensorBoard shows; histograms, images and text stay in the event file.
     assert [step for step, _ in sink.points("Train/Training_Loss")] == [1, 4, 7]
     recorded = [values for _, values in sink.got if "loss" in values]
+    # Not the step's scalar output ``lr``: every sink takes step outputs itself.
     assert all(set(values) == {"loss", "Train/Training_Loss"} for values in recorded)
     assert all(type(v) is np.ndarray and v.size == 1 for d in recorded for v in d.values())
     written = scalars(events(logdir))
@@ -383,19 +384,22 @@ async def test_hooks_sharing_a_writer_write_what_one_hands_on_once(
     await train([first, second], 4)
     assert first.writer is second.writer
     points = [(e.step, v.tag) for e in events(logdir) for v in e.summary.value]
-    assert sorted(points) == [(1, "loss"), (2, "loss"), (3, "loss"), (4, "loss")]
+    expected = [(step, tag) for step in range(1, 5) for tag in ("loss", "lr")]
+    assert sorted(points) == expected, "the step's scalar output lr once a step"
 
 
 async def test_a_hook_with_its_own_writer_writes_what_another_hands_on(
     tmp_path: Any, events: Any, scalars: Any
 ) -> None:
     # A second event file (another directory) is a sink like any other. Step 1 is due
-    # for both: the hook armed last records it (second); first then writes 2 and 4.
+    # for both: the hook armed last records it (second); first writes the step's
+    # outputs then (and what second hands on), then records 3; 4, the end, is outputs.
     first = SummarySaverHook(save_steps=2, output_dir=str(tmp_path / "a"))
     second = SummarySaverHook(save_steps=10**6, output_dir=str(tmp_path / "b"))
     await train([first, second], 4)
-    assert [step for step, _ in scalars(events(str(tmp_path / "b")))["loss"]] == [1, 2, 4]
-    assert [step for step, _ in scalars(events(str(tmp_path / "a")))["loss"]] == [1, 2, 4]
+    assert [step for step, _ in scalars(events(str(tmp_path / "b")))["loss"]] == [1, 3]
+    assert [step for step, _ in scalars(events(str(tmp_path / "a")))["loss"]] == [1, 3]
+    assert [step for step, _ in scalars(events(str(tmp_path / "a")))["lr"]] == [1, 3, 4]
 
 
 async def test_a_sink_that_fails_raises_naming_itself_and_the_point_is_in_the_file(

@@ -30,7 +30,7 @@ import anyio
 import anyio.to_thread
 import numpy as np
 
-from monitored import PluginError, to_host
+from monitored import PluginError, scalar_outputs, to_host
 
 from ._errors import MlflowConfigError
 from ._sender import Sender, SenderConfig
@@ -54,7 +54,6 @@ DEFAULT_EXPERIMENT: Final = "monitored"
 LOG_CHECKPOINTS: Final = (None, "best", "all")
 log = logging.getLogger("monitored.mlflow")
 
-_NUMERIC_KINDS: Final = frozenset("fiu")
 #: Plugin options whose contents are logged as parameters or tags of their own.
 _LOGGED_AS_THEMSELVES: Final = {"mlflow": ("params", "tags"), "summaries": ("hparams",)}
 
@@ -395,25 +394,19 @@ class MlflowHook:
 
 
 def _scalars(values: Mapping[str, Any]) -> dict[str, float]:
-    """The numeric single-element entries of ``values``, as floats (one transfer off a device)."""
+    """The scalars of ``values`` by the rule every summary sink follows
+    (:func:`monitored.scalar_outputs`), as floats (one transfer off a device)."""
     names: list[str] = []
     picked: list[Any] = []
     out: dict[str, float] = {}
-    for key, value in values.items():
-        kind = type(value)
-        if kind is float or kind is int:  # not bool: a flag is no metric
+    for key, value in scalar_outputs(values).items():
+        if isinstance(value, int | float | np.generic):
             out[key] = float(value)
-        elif isinstance(value, np.generic):
-            if value.dtype.kind in _NUMERIC_KINDS:
-                out[key] = float(value)
         elif isinstance(value, np.ndarray):
-            if value.size == 1 and value.dtype.kind in _NUMERIC_KINDS:
-                out[key] = float(value.item())
+            out[key] = float(value.item())
         else:
-            dtype = getattr(value, "dtype", None)
-            if dtype is not None and dtype.kind in _NUMERIC_KINDS and value.size == 1:
-                names.append(key)  # on a device: all of them in one transfer below
-                picked.append(value)
+            names.append(key)  # on a device: all of them in one transfer below
+            picked.append(value)
     if picked:
         for key, host in zip(names, to_host(picked), strict=True):
             out[key] = float(host.reshape(()))

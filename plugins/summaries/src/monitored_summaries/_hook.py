@@ -47,7 +47,7 @@ from tensorboardX.proto.event_pb2 import SessionLog
 from tensorboardX.proto.summary_pb2 import Summary
 from tensorboardX.summary import hparams as hparams_summaries
 
-from monitored import SecondOrStepTimer, SessionRunArgs, to_host
+from monitored import SecondOrStepTimer, SessionRunArgs, scalar_outputs, to_host
 
 from . import _record
 from ._encode import clean_tag
@@ -87,6 +87,9 @@ class SummarySaverHook:
         histograms: the same, written as histograms.
         hparams: the run's hyperparameters, for TensorBoard's HParams dashboard.
         metrics: scalar tags that HParams compares runs by.
+        step_outputs: write the step's scalar outputs on due steps and at the end
+            (:func:`monitored.scalar_outputs`, the rule every summary sink follows),
+            besides what the step records and what ``scalars`` names.
     """
 
     __slots__ = (
@@ -100,6 +103,7 @@ class SummarySaverHook:
         "_hparams_written",
         "_last_written",
         "_listener",
+        "_recorded_names",
         "_recorder",
         "_timer",
         "_writer",
@@ -110,6 +114,7 @@ class SummarySaverHook:
         "metrics",
         "output_dir",
         "scalars",
+        "step_outputs",
         "summary_writer",
     )
 
@@ -144,6 +149,7 @@ class SummarySaverHook:
         histograms: Iterable[str] = (),
         hparams: Mapping[str, Any] | None = None,
         metrics: Mapping[str, float] | Sequence[str] = (),
+        step_outputs: bool = True,
     ) -> None:
         if (save_steps is None) == (save_secs is None):
             raise SummaryScheduleError(
@@ -189,6 +195,7 @@ class SummarySaverHook:
             else None
         )
         self.metrics = metrics
+        self.step_outputs = step_outputs
         self._timer = SecondOrStepTimer(every_secs=save_secs, every_steps=save_steps)
         self._every_steps = save_steps
         self._every_secs = save_secs
@@ -203,6 +210,9 @@ class SummarySaverHook:
         self._listener: Callable[[SummaryWriteError], None] | None = None
         self._hparams_written = False
         self._final_metrics: dict[str, float] = {}
+        #: The names the steps recorded themselves: at the end, a step output of the
+        #: same name is not written (the recorded value is the curve).
+        self._recorded_names: set[str] = set()
 
     @property
     def writer(self) -> FileWriter | None:
@@ -233,6 +243,7 @@ class SummarySaverHook:
             self._writer = self._held = FileWriterCache.acquire(self.output_dir)
         self._timer.reset()
         self._last_written = None
+        self._recorded_names = set()
         self._arm_after = 0 if self._every_steps is not None else _NEVER
         self._due_at = -math.inf
 
@@ -266,11 +277,19 @@ class SummarySaverHook:
                 self._arm(step + 1)
             return None
         results = run_values.results
-        if results is None and not recorder.records:
+        session = run_context.session
+        # Only a training step's outputs (one that moved the global step to the step
+        # armed): a validation step's are not the run's curves.
+        outputs = (
+            scalar_outputs(session.last_outputs)
+            if self.step_outputs and session.state.global_step >= recorder.step
+            else {}
+        )
+        if results is None and not recorder.records and not outputs:
             # A step that recorded nothing (a validation step) leaves the slot to the next.
-            recorder.step = run_context.session.state.global_step + 1
+            recorder.step = session.state.global_step + 1
             return None
-        return self._write_step(run_context.session, recorder, results)
+        return self._write_step(session, recorder, results, outputs)
 
     def end(self, session: MonitoredSession) -> Any:
         return self._end(session)
@@ -282,11 +301,20 @@ class SummarySaverHook:
         try:
             if self._last_written != step and session.last_outputs:
                 # TF1 writes the end step: the values named in scalars/histograms can
-                # still be fetched (what the step recorded itself was not due).
+                # still be fetched (what the step recorded itself was not due), and
+                # the step's scalar outputs are there.
                 fetched = self._fetches()
-                if fetched:
-                    host_records = self._fetched_records(session.fetch(fetched))
-                    self._write(step, [], host_records)
+                host_records = self._fetched_records(session.fetch(fetched)) if fetched else []
+                outputs = scalar_outputs(session.last_outputs) if self.step_outputs else {}
+                if outputs and _writer_took_outputs(writer, step):
+                    outputs = {}
+                records = [
+                    record
+                    for record in _output_records(outputs, host_records)
+                    if record[1] not in self._recorded_names
+                ]
+                if records or host_records:
+                    self._write(step, records, host_records)
                     written = self._written_scalars([], [], host_records)
                     if written is not None:
                         await session.write_summaries(step, written)
@@ -333,15 +361,25 @@ class SummarySaverHook:
             self._recorder = None
 
     def _write_step(
-        self, session: MonitoredSession, recorder: _record.Recorder, results: Any
+        self,
+        session: MonitoredSession,
+        recorder: _record.Recorder,
+        results: Any,
+        outputs: Mapping[str, Any],
     ) -> Awaitable[None] | None:
         """Write a due step; return the handing of its scalars to the other sinks."""
         _record.disarm(recorder)
         self._recorder = None
         step = session.state.global_step
         fetched = self._fetched_records(results) if results is not None else []
-        host = self._write(step, recorder.records, fetched)
-        written = self._written_scalars(recorder.records, host, fetched)
+        self._recorded_names.update(name for _, name, _, _ in recorder.records)
+        if outputs and _writer_took_outputs(self._require_writer(), step):
+            outputs = {}  # another hook writing through this writer wrote them
+        recorded = recorder.records
+        records = [*recorded, *_output_records(outputs, recorded, fetched)]
+        host = self._write(step, records, fetched)
+        # Step outputs are not handed on: every sink takes them itself, by the same rule.
+        written = self._written_scalars(recorded, host[: len(recorded)], fetched)
         self._write_hparams(step)
         self._timer.update_last_triggered_step(step)
         self._last_written = step
@@ -553,6 +591,24 @@ def _names(argument: str, names: Iterable[str]) -> tuple[str, ...]:
                 f"SummarySaverHook: {argument} must hold non-empty names, got {name!r}"
             )
     return checked
+
+
+def _writer_took_outputs(writer: FileWriter, step: int) -> bool:
+    """Whether the step outputs of ``step`` went to ``writer`` already (another hook
+    sharing it wrote them); if not, they go now: note it."""
+    if writer.outputs_step == step:
+        return True
+    writer.outputs_step = step
+    return False
+
+
+def _output_records(outputs: Mapping[str, Any], *written: Sequence[Record]) -> list[Record]:
+    """The step's scalar outputs as records, but for the names ``written`` holds already
+    (a value the step recorded, or fetched by name, under the same name)."""
+    if not outputs:
+        return []
+    taken = {name for records in written for _, name, _, _ in records}
+    return [("scalar", name, value, {}) for name, value in outputs.items() if name not in taken]
 
 
 def _record_size(value: Any) -> int:

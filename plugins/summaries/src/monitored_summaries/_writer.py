@@ -129,6 +129,9 @@ class FileWriter:
         if self._dir.local is None:
             self._stage(where)
         self._flush_secs = flush_secs
+        #: The last global step whose step outputs a ``SummarySaverHook`` wrote here:
+        #: hooks sharing this writer write each step's outputs once.
+        self.outputs_step: int | None = None
         self._queue: queue.Queue[Any] = queue.Queue(max_queue)
         self._error: SummaryWriteError | None = None
         self._listeners: list[Callable[[SummaryWriteError], None]] = []
