@@ -188,6 +188,7 @@ async def train(
                 output_dir=checkpoint_dir,
                 scalars=["loss", "learning_rate"],
                 histograms=["w1"],
+                step_outputs=True,  # grad_norm too: what MLflow logs, TensorBoard shows
             )
         )
     tracking: Any = None

@@ -89,7 +89,9 @@ class SummarySaverHook:
         metrics: scalar tags that HParams compares runs by.
         step_outputs: write the step's scalar outputs on due steps and at the end
             (:func:`monitored.scalar_outputs`, the rule every summary sink follows),
-            besides what the step records and what ``scalars`` names.
+            besides what the step records and what ``scalars`` names. Off by
+            default for a hook made in code (TF1's hook wrote its summary op
+            only); the hook the ``summaries`` plugin makes has it on.
     """
 
     __slots__ = (
@@ -149,7 +151,7 @@ class SummarySaverHook:
         histograms: Iterable[str] = (),
         hparams: Mapping[str, Any] | None = None,
         metrics: Mapping[str, float] | Sequence[str] = (),
-        step_outputs: bool = True,
+        step_outputs: bool = False,
     ) -> None:
         if (save_steps is None) == (save_secs is None):
             raise SummaryScheduleError(
