@@ -41,6 +41,7 @@ import numpy as np
 from ._backend import DeviceCopy, copy_to_host, is_device_array, start_device_copy
 from ._errors import FetchError
 from ._run import SessionRunValues
+from ._scalars import SCALAR_OUTPUTS, scalar_output_fetches
 from ._state import TrainState
 
 if TYPE_CHECKING:
@@ -618,6 +619,8 @@ class Fetcher:
             for call, asked in requests:
                 plan = cache.get(call.plugin_index)
                 fetches = asked.fetches
+                if fetches is SCALAR_OUTPUTS:  # named now that the step has returned
+                    fetches = scalar_output_fetches(outputs)
                 if plan is None or not (
                     (fetches is plan.source and plan.constant and asked.lag == plan.lag)
                     or plan.matches(fetches, asked.lag)
@@ -691,7 +694,12 @@ def fetch_many(
 
     Plans are made for this call only (``session.fetch`` and one-off users).
     """
-    step_plan = StepPlan([FetchPlan(f, d, i) for i, (f, d) in enumerate(requests)])
+    step_plan = StepPlan(
+        [
+            FetchPlan(scalar_output_fetches(outputs) if f is SCALAR_OUTPUTS else f, d, i)
+            for i, (f, d) in enumerate(requests)
+        ]
+    )
     values, _ = step_plan.collect(outputs, state)
     answers = step_plan.now(values) if step_plan.now is not None else {}
     return [answers[i].results for i in range(len(requests))]
