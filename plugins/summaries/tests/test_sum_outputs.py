@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from _standin_device import StandinCupy, standin_cupy
 
+import monitored_summaries as summaries_module
 from monitored import MonitoredSession, StopAtStepHook, TrainState
 from monitored_summaries import SummarySaverHook
 
@@ -136,3 +137,38 @@ async def test_host_outputs_take_the_same_path(logdir: str, events: Any, scalars
         while not s.should_stop():
             await s.run(host_step)
     assert scalars(events(logdir))["loss"] == [(1, 4.0), (3, 6.0)]
+
+
+async def test_written_scalars_are_handed_on_only_when_another_sink_is_there(
+    logdir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handed: list[int] = []
+    original = MonitoredSession.write_summaries
+
+    async def counting(self: MonitoredSession, step: int, summaries: Any) -> None:
+        handed.append(step)
+        await original(self, step, summaries)
+
+    monkeypatch.setattr(MonitoredSession, "write_summaries", counting)
+
+    def recording(state: TrainState) -> dict[str, Any]:
+        state.global_step += 1
+        summaries_module.scalar("acc", 0.5)
+        return {}
+
+    class Sink:
+        def __init__(self) -> None:
+            self.got: list[int] = []
+
+        def write_summaries(self, session: object, step: int, values: Any) -> None:
+            self.got.append(step)
+
+    for others in ([], [Sink()]):
+        handed.clear()
+        hooks = [StopAtStepHook(last_step=3), SummarySaverHook(save_steps=2, output_dir=logdir)]
+        async with MonitoredSession(TrainState(), hooks=[*hooks, *others]) as s:
+            while not s.should_stop():
+                await s.run(recording)
+        assert handed == ([1, 3] if others else [])
+        if others:
+            assert others[0].got == [1, 3]

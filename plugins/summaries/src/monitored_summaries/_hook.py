@@ -124,6 +124,7 @@ class SummarySaverHook:
         "_every_secs",
         "_every_steps",
         "_final_metrics",
+        "_hand_on",
         "_held",
         "_hparams_written",
         "_last_written",
@@ -248,6 +249,9 @@ class SummarySaverHook:
         #: A due step whose scalar outputs are on their way (``lag=1``): its global
         #: step, and the names written there already (recorded or fetched by name).
         self._late: tuple[int, frozenset[str]] | None = None
+        #: Whether a summary sink other than this writer's hooks is there to hand the
+        #: written scalars to (decided when the session is created).
+        self._hand_on = True
 
     @property
     def step_outputs(self) -> bool:
@@ -293,6 +297,11 @@ class SummarySaverHook:
         self._detach()
         self._coord = coord
         self._listener = _stop_on_error(coord)
+        # Handing on to no one costs a coroutine and a hook call per written step.
+        self._hand_on = any(
+            not (isinstance(owner, SummarySaverHook) and owner._writer is writer)
+            for owner in session.implementers("write_summaries")
+        )
         writer.add_error_listener(self._listener)
         self._disarm()
         # The step the first run writes: TensorBoard drops what an earlier run wrote
@@ -329,12 +338,15 @@ class SummarySaverHook:
             results = None
         session = run_context.session
         # Only a training step's outputs (one that moved the global step to the step
-        # armed): a validation step's are not the run's curves. With lag=1 only their
-        # names are read now (nothing leaves a device in this step).
-        outputs = (
-            scalar_outputs(session.last_outputs)
-            if self._step_outputs and session.state.global_step >= recorder.step
-            else {}
+        # armed): a validation step's are not the run's curves. With lag=1 nothing is
+        # read now: the session picks the scalars when it fetches them.
+        training = self._step_outputs and session.state.global_step >= recorder.step
+        outputs: Mapping[str, Any] = (
+            {}
+            if not training
+            else session.last_outputs
+            if late
+            else scalar_outputs(session.last_outputs)
         )
         if results is None and not recorder.records and not outputs:
             # A step that recorded nothing (a validation step) leaves the slot to the next.
@@ -490,7 +502,9 @@ class SummarySaverHook:
         self, records: Sequence[Record], host: Sequence[Any], host_records: Sequence[Record]
     ) -> _Written | None:
         """The scalars just written, by the tag they were written under, for the other
-        summary sinks; ``None`` when there are none."""
+        summary sinks; ``None`` when there are none (or no other sink)."""
+        if not self._hand_on:
+            return None
         pairs = [
             (name, value)
             for (kind, name, _, _), value in zip(records, host, strict=True)
