@@ -10,7 +10,9 @@ before it is on disk, and the log directory may be any fsspec URL (see
 ``_logdir``: a remote event file is uploaded whole at each flush).
 
 Encoding (histogram buckets, PNG, WAV) also happens in the writer's thread: the
-step loop only queues host values.
+step loop only queues host values. The thread is woken every ``max_queue``
+events (or by a flush or a close, and at least every ``flush_secs``), not for
+each: a summary written every few steps does not cost a thread switch each time.
 
 The writer's thread is a daemon thread, so it never holds up the interpreter's
 exit (a second Ctrl-C that lands while a writer is being made, say, leaves one
@@ -24,10 +26,10 @@ the exit, and one that is writing is never cut off.
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import logging
 import os
-import queue
 import shutil
 import tempfile
 import threading
@@ -74,11 +76,58 @@ class _Flush:
 _CLOSE: Final = object()
 
 
+@final
+class _Pipe:
+    """The events on their way to a writer's thread, first in first out.
+
+    The thread is woken when ``batch`` items wait (or by an item put with
+    ``wake``, such as a flush); a put waits for room while ``limit`` items wait.
+    :meth:`get` hands the thread every waiting item at once.
+    """
+
+    def __init__(self, batch: int, limit: int) -> None:
+        self._batch = batch
+        self._limit = limit
+        self._items: collections.deque[Any] = collections.deque()
+        self._changed = threading.Condition(threading.Lock())
+        self._wake = False
+
+    def put(self, item: Any, timeout: float | None = None, *, wake: bool = True) -> bool:
+        """Add ``item``; ``False`` if there was no room within ``timeout`` seconds."""
+        with self._changed:
+            items = self._items
+            if len(items) >= self._limit and not self._changed.wait_for(
+                lambda: len(items) < self._limit, timeout
+            ):
+                return False
+            items.append(item)
+            if wake or len(items) >= self._batch:
+                self._wake = True
+                self._changed.notify_all()
+        return True
+
+    def get(self, timeout: float | None) -> list[Any]:
+        """Every waiting item, once woken or after ``timeout`` seconds (maybe none)."""
+        with self._changed:
+            if not self._wake:
+                self._changed.wait_for(lambda: self._wake, timeout)
+            self._wake = False
+            taken = list(self._items)
+            self._items.clear()
+            if taken:
+                self._changed.notify_all()  # room for waiting puts
+            return taken
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
 class FileWriter:
     """Writes ``Event`` protos to a new event file in ``logdir``, in a background thread.
 
-    TF1's ``tf.summary.FileWriter`` (also exported as :class:`SummaryWriter`): at most
-    ``max_queue`` events wait in memory, and the file is flushed at least every
+    TF1's ``tf.summary.FileWriter`` (also exported as :class:`SummaryWriter`): the
+    writer's thread takes events ``max_queue`` at a time (at most twice as many wait
+    in memory), and the file is flushed at least every
     ``flush_secs`` seconds and on :meth:`flush` and :meth:`close`. A failure to write
     is raised from the next call (as :class:`SummaryWriteError`, naming the file and
     the cause) and handed to every listener added with :meth:`add_error_listener`.
@@ -132,7 +181,9 @@ class FileWriter:
         #: The last global step whose step outputs a ``SummarySaverHook`` wrote here:
         #: hooks sharing this writer write each step's outputs once.
         self.outputs_step: int | None = None
-        self._queue: queue.Queue[Any] = queue.Queue(max_queue)
+        # flush_secs=0 asks for every event at once: the thread is woken for each.
+        batch = max_queue if flush_secs > 0 else 1
+        self._queue = _Pipe(batch, 2 * max_queue)
         self._error: SummaryWriteError | None = None
         self._listeners: list[Callable[[SummaryWriteError], None]] = []
         self._lock = threading.Lock()
@@ -161,7 +212,7 @@ class FileWriter:
                 self._closed = self._abandoned = True
                 running = self._running
             if running:
-                self._queue.put_nowait(_CLOSE)
+                self._queue.put(_CLOSE)
             else:
                 self._close_files()
             raise
@@ -220,7 +271,7 @@ class FileWriter:
         if self._closed:
             return
         marker = _Flush()
-        self._put(marker)
+        self._put(marker, wake=True)
         while not marker.done.wait(_POLL_SECS):
             if not self._thread.is_alive():  # pragma: no cover - the thread never dies silently
                 break
@@ -295,20 +346,17 @@ class FileWriter:
         if self._error is not None:
             raise self._error
 
-    def _put(self, item: Any) -> None:
+    def _put(self, item: Any, *, wake: bool = False) -> None:
         self._raise_error()
         if self._closed:
             raise SummaryWriteError(f"the writer of {self.path} is closed", path=self.path)
-        self._enqueue(item, "writing")
+        self._enqueue(item, "writing", wake=wake)
 
-    def _enqueue(self, item: Any, doing: str) -> None:
-        """Queue ``item``, waiting for room as long as the writer's thread is not stalled."""
-        while True:
-            try:
-                self._queue.put(item, timeout=_POLL_SECS)
-                return
-            except queue.Full:
-                self._check_stalled(doing)
+    def _enqueue(self, item: Any, doing: str, *, wake: bool = True) -> None:
+        """Queue ``item``, waiting for room as long as the writer's thread is not stalled;
+        ``wake``: the thread takes it now, else with the next ``max_queue`` events."""
+        while not self._queue.put(item, _POLL_SECS, wake=wake):
+            self._check_stalled(doing)
 
     def _check_stalled(self, doing: str) -> None:
         """Raise :class:`SummaryWriteError` if the interpreter is exiting and the writer's
@@ -319,7 +367,7 @@ class FileWriter:
         idle = time.monotonic() - max(started, self._progress)
         if idle < EXIT_STALL_SECS:
             return
-        waiting = self._queue.qsize()
+        waiting = len(self._queue)
         raise SummaryWriteError(
             f"{doing} {self.path} at exit: gave up after its writer's thread wrote nothing "
             f"for {idle:.1f} s; {waiting} queued item(s) not written",
@@ -334,41 +382,47 @@ class FileWriter:
             self._running = True
         next_flush = time.monotonic() + self._flush_secs
         pending = False
+        # Events wait for the thread until max_queue of them do: it looks at least every
+        # flush_secs, so that none waits much longer than that for its flush.
+        idle = self._flush_secs if self._flush_secs > 0 else None
         while True:
             # After a failure nothing is flushed again: wait for close, never spin.
-            due = pending and self._error is None
-            timeout = max(0.0, next_flush - time.monotonic()) if due else None
-            try:
-                item = self._queue.get(timeout=timeout)
-            except queue.Empty:
-                item = None
-            try:
-                if item is _CLOSE:
-                    try:
+            failed = self._error is not None
+            timeout = (
+                None if failed else max(0.0, next_flush - time.monotonic()) if pending else idle
+            )
+            for item in self._queue.get(timeout):
+                try:
+                    if item is _CLOSE:
+                        try:
+                            if self._error is None:
+                                self._flush_file()
+                        finally:
+                            self._close_files()
+                        return
+                    if isinstance(item, _Flush):
                         if self._error is None:
                             self._flush_file()
-                    finally:
-                        self._close_files()
-                    return
-                if isinstance(item, _Flush):
-                    if self._error is None:
-                        self._flush_file()
-                        pending = False
-                    item.done.set()
-                    continue
-                if item is not None and self._error is None:
-                    self._write(item)
-                    pending = True
+                            pending = False
+                        item.done.set()
+                    elif self._error is None:
+                        self._write(item)
+                        pending = True
+                except Exception as exc:
+                    self._fail(exc)
+                    if isinstance(item, _Flush):
+                        item.done.set()
+                    if item is _CLOSE:
+                        return
+                finally:
+                    self._progress = time.monotonic()
+            try:
                 if pending and self._error is None and time.monotonic() >= next_flush:
                     self._flush_file()
                     pending = False
                     next_flush = time.monotonic() + self._flush_secs
             except Exception as exc:
                 self._fail(exc)
-                if isinstance(item, _Flush):
-                    item.done.set()
-                if item is _CLOSE:
-                    return
             finally:
                 self._progress = time.monotonic()
 
