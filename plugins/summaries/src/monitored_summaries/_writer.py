@@ -61,6 +61,9 @@ _SEQUENCE = iter(range(1 << 62))
 EXIT_STALL_SECS: Final = 2.0
 #: How often a wait for a writer's thread checks that thread.
 _POLL_SECS: Final = 0.1
+#: From this ``flush_secs`` on, the writer's thread takes events ``max_queue`` at a
+#: time (and looks every ``flush_secs`` for fewer); below it, each as it comes.
+_BATCHING_FLUSH_SECS: Final = 1.0
 #: When the interpreter started to exit (``time.monotonic``), or ``None``.
 _exit_started: float | None = None
 
@@ -127,7 +130,8 @@ class FileWriter:
 
     TF1's ``tf.summary.FileWriter`` (also exported as :class:`SummaryWriter`): the
     writer's thread takes events ``max_queue`` at a time (at most twice as many wait
-    in memory), and the file is flushed at least every
+    in memory; each as it comes when ``flush_secs`` is under a second), and the
+    file is flushed at least every
     ``flush_secs`` seconds and on :meth:`flush` and :meth:`close`. A failure to write
     is raised from the next call (as :class:`SummaryWriteError`, naming the file and
     the cause) and handed to every listener added with :meth:`add_error_listener`.
@@ -181,8 +185,9 @@ class FileWriter:
         #: The last global step whose step outputs a ``SummarySaverHook`` wrote here:
         #: hooks sharing this writer write each step's outputs once.
         self.outputs_step: int | None = None
-        # flush_secs=0 asks for every event at once: the thread is woken for each.
-        batch = max_queue if flush_secs > 0 else 1
+        # A flush_secs under a second asks for events on disk at once: the thread is
+        # woken for each (and never polls, see _work).
+        batch = max_queue if flush_secs >= _BATCHING_FLUSH_SECS else 1
         self._queue = _Pipe(batch, 2 * max_queue)
         self._error: SummaryWriteError | None = None
         self._listeners: list[Callable[[SummaryWriteError], None]] = []
@@ -384,7 +389,7 @@ class FileWriter:
         pending = False
         # Events wait for the thread until max_queue of them do: it looks at least every
         # flush_secs, so that none waits much longer than that for its flush.
-        idle = self._flush_secs if self._flush_secs > 0 else None
+        idle = self._flush_secs if self._flush_secs >= _BATCHING_FLUSH_SECS else None
         while True:
             # After a failure nothing is flushed again: wait for close, never spin.
             failed = self._error is not None
