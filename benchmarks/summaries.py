@@ -33,10 +33,18 @@
   TensorFlow (pure-Python CRC too).
   The two pure-Python contenders read a 1 MiB prefix of each file (the rate does
   not depend on the size). Alternating repeats; medians.
+* **every 10 steps** (``--only every10``): the CPU one written record costs, the
+  writer's thread included (process CPU time). A session whose step records
+  ``summaries.scalar("loss", ...)`` and returns ``{"loss": ...}``, with the hook
+  the ``summaries`` plugin makes (``save_steps=10``, ``step_outputs=True``), over
+  the same session without it; against a loop calling
+  ``tensorboardX.SummaryWriter.add_scalar`` every 10 steps over the same loop
+  without it (the by-hand baseline). 20 000 steps (2 000 records), the final
+  ``flush`` and close included, the four in a rotating order; medians.
 
 Usage::
 
-    python benchmarks/summaries.py [--repeats 7] [--due-steps 20] [--only read]
+    python benchmarks/summaries.py [--repeats 7] [--due-steps 20] [--only read|every10]
 """
 
 from __future__ import annotations
@@ -237,6 +245,76 @@ async def due(repeats: int, steps: int, root: str) -> dict[str, list[float]]:
     return results
 
 
+EVERY10_STEPS = 20_000
+
+
+def _loss_step(state: TrainState) -> dict[str, Any]:
+    w = state["w"]
+    np.subtract(w, 0.001, out=w)
+    loss = np.float32(w[0])
+    summaries.scalar("loss", loss)
+    state.global_step += 1
+    return {"loss": loss}
+
+
+async def _session_every10(logdir: str, with_hook: bool) -> None:
+    hooks: list[object] = []
+    if with_hook:
+        hooks.append(SummarySaverHook(save_steps=10, output_dir=logdir, step_outputs=True))
+    state = TrainState({"w": np.ones(64, np.float32)})
+    async with MonitoredSession(state, hooks=hooks) as session:
+        for _ in range(EVERY10_STEPS):
+            await session.run(_loss_step)
+    FileWriterCache.clear()
+
+
+def _by_hand_every10(logdir: str, with_writer: bool) -> None:
+    writer = tensorboardX.SummaryWriter(logdir) if with_writer else None
+    w = np.ones(64, np.float32)
+    for step in range(1, EVERY10_STEPS + 1):
+        np.subtract(w, 0.001, out=w)
+        loss = np.float32(w[0])
+        if writer is not None and step % 10 == 0:
+            writer.add_scalar("loss", float(loss), step)
+    if writer is not None:
+        writer.close()
+
+
+def every10(repeats: int, root: str) -> dict[str, list[float]]:
+    """Process CPU seconds of each contender, one figure per repeat."""
+    contenders: dict[str, Callable[[str], None]] = {
+        "session, summaries hook": lambda d: anyio.run(_session_every10, d, True),
+        "session without it": lambda d: anyio.run(_session_every10, d, False),
+        "loop, add_scalar every 10 steps": lambda d: _by_hand_every10(d, True),
+        "loop without it": lambda d: _by_hand_every10(d, False),
+    }
+    names = list(contenders)
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    for name in names:  # warm-up
+        contenders[name](os.path.join(root, f"warm-{names.index(name)}"))
+    for r in range(repeats):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            start = time.process_time()
+            contenders[name](os.path.join(root, f"{r}-{names.index(name)}"))
+            cpu[name].append(time.process_time() - start)
+    return cpu
+
+
+def print_every10(repeats: int, root: str) -> None:
+    cpu = every10(repeats, root)
+    med = {name: statistics.median(values) for name, values in cpu.items()}
+    records = EVERY10_STEPS // 10
+    ours = (med["session, summaries hook"] - med["session without it"]) / records * 1e6
+    hand = (med["loop, add_scalar every 10 steps"] - med["loop without it"]) / records * 1e6
+    print(f"\nA scalar every 10 steps ({EVERY10_STEPS} steps, {records} records; process CPU)\n")
+    print("| contender | CPU s (median, range) |")
+    print("|---|--:|")
+    for name, values in cpu.items():
+        print(f"| {name} | {med[name]:.3f} ({min(values):.3f}-{max(values):.3f}) |")
+    print(f"\nPer record: summaries hook {ours:.0f} us, add_scalar by hand {hand:.0f} us;")
+    print(f"ratio {ours / hand:.2f}x (load average {os.getloadavg()[0]:.2f})")
+
+
 def _frame(data: bytes) -> bytes:
     header = struct.pack("<Q", len(data))
     return (
@@ -381,13 +459,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--due-steps", type=int, default=20)
     parser.add_argument("--read-mib", type=int, default=64, help="size of the files read")
-    parser.add_argument("--only", choices=["read"], help="run only this part")
+    parser.add_argument("--only", choices=["read", "every10"], help="run only this part")
     args = parser.parse_args()
     print(
         f"Machine: {os.cpu_count()} CPUs, {platform.machine()}, {platform.system()} "
         f"{platform.release()}, CPython {platform.python_version()}; numpy {np.__version__}, "
         f"tensorboardX {tensorboardX.__version__}; load average {os.getloadavg()[0]:.2f}"
     )
+    if args.only == "every10":
+        with tempfile.TemporaryDirectory() as root:
+            print_every10(args.repeats, root)
+        return
     if args.only == "read":
         with tempfile.TemporaryDirectory() as root:
             print_read_throughput(args.repeats, os.path.join(root, "read"), args.read_mib * MIB)

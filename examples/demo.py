@@ -20,9 +20,10 @@ on an async ``MonitoredTrainingSession``). It shows the pieces working together:
 * with ``monitored-early-stopping``, training stops once held-out accuracy has
   not improved for 3 evaluations (the hook hears each evaluation through the
   ``after_evaluate`` hook);
-* with ``monitored-summaries``, loss, learning rate, a ``w1`` histogram and
-  ``global_step/sec`` go to ``runs/demo`` and the evaluations to
-  ``runs/demo/eval`` (``tensorboard --logdir runs/demo``);
+* with ``monitored-summaries``, the step's scalar outputs (loss, gradient norm,
+  learning rate: the same as MLflow gets), a ``w1`` histogram and
+  ``global_step/sec`` go to ``runs/demo`` and the evaluations to one event file
+  in ``runs/demo/eval`` (``tensorboard --logdir runs/demo``);
 * with ``monitored-mlflow``, the run is logged to MLflow: parameters (the
   optimizer's settings among them), loss, learning rate, gradient norm,
   ``global_step/sec`` and the held-out evaluations, into ``MLFLOW_TRACKING_URI``
@@ -204,6 +205,7 @@ async def run(
                 output_dir=checkpoint_dir,
                 scalars=["loss", "learning_rate"],
                 histograms=["w1"],
+                step_outputs=True,  # grad_norm too: what MLflow logs, TensorBoard shows
             )
         )
     tracking: Any = None

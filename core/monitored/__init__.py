@@ -71,6 +71,7 @@ if _TYPE_CHECKING:
     from ._core._profiler import BackgroundSpan, ProfilerHook, StepTrace
     from ._core._run import RunOptions, SessionRunArgs, SessionRunContext, SessionRunValues
     from ._core._scaffold import Scaffold, SessionManager
+    from ._core._scalars import SCALAR_OUTPUTS, scalar_outputs
     from ._core._session import MonitoredSession, RawSession, SingularMonitoredSession, StepContext
     from ._core._session_run_hook import SessionRunHook
     from ._core._state import TrainState, decode_rng_state, encode_rng_state
@@ -149,6 +150,7 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
     "._core._cluster": ("Cluster", "ClusterSpec", "LocalCluster"),
     "._core._commands": ("Commands",),
     "._core._config": ("TrainingConfig",),
+    "._core._scalars": ("SCALAR_OUTPUTS", "scalar_outputs"),
     "._core._coordinator": ("Coordinator", "LooperThread"),
     "._core._fetch": ("OptionalFetch", "optional"),
     "._core._launcher": ("UnconnectedTasksError",),
@@ -285,6 +287,7 @@ except _PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0+unknown"
 
 __all__ = [
+    "SCALAR_OUTPUTS",
     "USE_DEFAULT",
     "AbortedError",
     "AdadeltaOptimizer",
@@ -402,6 +405,7 @@ __all__ = [
     "printable",
     "provider",
     "read_regular_file",
+    "scalar_outputs",
     "shuffle_batch",
     "start_queue_runners",
     "to_host",

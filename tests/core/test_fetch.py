@@ -416,3 +416,22 @@ async def test_recorder_style_hooks_still_get_fresh_args_each_step(state: TrainS
     async with monitored.MonitoredSession(state, hooks=[hook]) as sess:
         await run_steps(sess, 2)
     assert hook.results == [{"loss": 3.0}, {"loss": 6.0}]
+
+
+async def test_a_hook_asking_every_few_steps_reuses_the_step_plans_it_switches_between(
+    state: TrainState,
+) -> None:
+    """A summary writer asking every 3 steps beside a hook asking every step: two step
+    plans, each made once (their generated code is not made again at each switch)."""
+    every = Asker(lambda step: SessionRunArgs("loss"))
+    sometimes = Asker(lambda step: SessionRunArgs("w", lag=1) if step % 3 == 0 else None)
+    async with monitored.MonitoredSession(state, hooks=[every, sometimes]) as sess:
+        seen = []
+        for _ in range(12):
+            await sess.run(counting_step)
+            seen.append(sess._fetcher._step_plan)
+        assert len({id(plan) for plan in seen}) == 2
+        assert seen[0] is seen[3] is seen[6] is seen[9]
+        assert seen[1] is seen[4] is seen[10]
+    assert len(every.results) == 12
+    assert [r is not None for r in sometimes.results].count(True) == 4

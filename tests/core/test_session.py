@@ -1101,6 +1101,21 @@ async def test_implements_tells_which_hooks_are_present(state: TrainState) -> No
         assert not sess.has_summary_sinks
 
 
+async def test_implementers_are_the_hook_objects_in_call_order(state: TrainState) -> None:
+    class Sink:
+        def write_summaries(self, session: object, step: int, summaries: object) -> None:
+            pass
+
+    class Saver:
+        def after_save(self) -> None:
+            pass
+
+    first, second = Sink(), Sink()
+    async with monitored.MonitoredSession(state, hooks=[first, Saver(), second]) as sess:
+        assert sess.implementers("write_summaries") == (first, second)
+        assert sess.implementers("restore_state") == ()
+
+
 # -- work deferred until every hook has run -------------------------------------------------
 async def test_call_after_hooks_runs_after_every_after_run_in_order(state: TrainState) -> None:
     seen: list[str] = []

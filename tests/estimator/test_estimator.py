@@ -445,7 +445,12 @@ async def test_a_train_op_function_may_call_current_state_itself(tmp_path: Path)
 async def test_training_writes_the_loss_and_the_step_rate_as_an_estimator_does(
     tmp_path: Path,
 ) -> None:
-    """TensorBoard's reader finds ``loss`` every ``save_summary_steps``, once, and ``global_step/sec``."""
+    """TensorBoard's reader finds ``loss`` every ``save_summary_steps``, once, and ``global_step/sec``.
+
+    The loss is the train step's output, which the summaries plugin writes by the one rule
+    for scalar outputs (``monitored.scalar_outputs``): at TF's steps 1, 11, 21, and the last
+    (fetched one step late, written at their own step).
+    """
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     x, y = _data()
@@ -455,8 +460,10 @@ async def test_training_writes_the_loss_and_the_step_rate_as_an_estimator_does(
     )
     accumulator = EventAccumulator(str(tmp_path / "model"), size_guidance={"scalars": 0})
     accumulator.Reload()
-    assert "global_step/sec" in accumulator.Tags()["scalars"]
-    assert [event.step for event in accumulator.Scalars("loss")] == [1, 11, 21]  # TF's steps
+    tags = accumulator.Tags()["scalars"]
+    assert "loss" in tags
+    assert "global_step/sec" in tags
+    assert [event.step for event in accumulator.Scalars("loss")] == [1, 11, 21, 30]  # and the last
 
 
 async def test_a_model_directory_named_with_control_characters_is_logged_escaped(

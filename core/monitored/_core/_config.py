@@ -36,6 +36,10 @@ class TrainingConfig:
     chief_only_hooks: tuple[object, ...] = ()
     #: Every plugin's resolved options (``declare_options``), by plugin name.
     plugin_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: Whether the session is an evaluation (``evaluate_once``, ...): a summary
+    #: plugin keeps its directory's writer open for the next evaluation, so the
+    #: evaluations of one process append to one event file.
+    evaluation: bool = False
 
     @property
     def wants_checkpoints(self) -> bool:

@@ -41,6 +41,7 @@ import numpy as np
 from ._backend import DeviceCopy, copy_to_host, is_device_array, start_device_copy
 from ._errors import FetchError
 from ._run import SessionRunValues
+from ._scalars import SCALAR_OUTPUTS, scalar_output_fetches
 from ._state import TrainState
 
 if TYPE_CHECKING:
@@ -573,6 +574,9 @@ def _unconvertible(name: str, value: Any, state: TrainState, error: Exception | 
 
 _NO_ANSWERS: Final[dict[int, SessionRunValues]] = {}
 
+#: How many step plans a :class:`Fetcher` keeps for reuse (the oldest is dropped).
+_STEP_PLANS_KEPT: Final = 8
+
 
 @final
 class Fetcher:
@@ -584,13 +588,16 @@ class Fetcher:
     when the session stops, so nothing asked for is dropped.
     """
 
-    __slots__ = ("_last", "_plans", "_step_plan", "pending")
+    __slots__ = ("_last", "_plans", "_step_plan", "_step_plans", "pending")
 
     def __init__(self) -> None:
         #: The last plan of each hook, by plugin index.
         self._plans: dict[int, FetchPlan] = {}
         self._last: list[FetchPlan] = []
         self._step_plan: StepPlan | None = None
+        #: The step plans made lately, by their hooks' plans: a hook that asks every
+        #: N steps (a summary writer) switches between two step plans, each made once.
+        self._step_plans: dict[tuple[FetchPlan, ...], StepPlan] = {}
         #: Late answers still to be delivered: (plan, host values, running copy).
         self.pending: tuple[StepPlan, list[Any], DeviceCopy | None] | None = None
 
@@ -618,6 +625,8 @@ class Fetcher:
             for call, asked in requests:
                 plan = cache.get(call.plugin_index)
                 fetches = asked.fetches
+                if fetches is SCALAR_OUTPUTS:  # named now that the step has returned
+                    fetches = scalar_output_fetches(outputs)
                 if plan is None or not (
                     (fetches is plan.source and plan.constant and asked.lag == plan.lag)
                     or plan.matches(fetches, asked.lag)
@@ -627,7 +636,7 @@ class Fetcher:
                     )
                 plans.append(plan)
             if step_plan is None or plans != self._last:
-                step_plan = self._step_plan = StepPlan(plans)
+                step_plan = self._step_plan = self._step_plan_of(plans)
                 self._last = plans
             values, copy = step_plan.collect(outputs, state)
             if step_plan.now is not None:
@@ -644,6 +653,17 @@ class Fetcher:
                 answers = late
         self.pending = pending
         return answers
+
+    def _step_plan_of(self, plans: list[FetchPlan]) -> StepPlan:
+        """The step plan of ``plans``: one made lately for the same plans, or a new one."""
+        kept = self._step_plans
+        key = tuple(plans)
+        step_plan = kept.get(key)
+        if step_plan is None:
+            if len(kept) >= _STEP_PLANS_KEPT:
+                del kept[next(iter(kept))]  # the oldest
+            step_plan = kept[key] = StepPlan(plans)
+        return step_plan
 
     def pending_for(self) -> set[int]:
         """The plugin indices of the hooks whose lagged values are still to be delivered."""
@@ -691,7 +711,12 @@ def fetch_many(
 
     Plans are made for this call only (``session.fetch`` and one-off users).
     """
-    step_plan = StepPlan([FetchPlan(f, d, i) for i, (f, d) in enumerate(requests)])
+    step_plan = StepPlan(
+        [
+            FetchPlan(scalar_output_fetches(outputs) if f is SCALAR_OUTPUTS else f, d, i)
+            for i, (f, d) in enumerate(requests)
+        ]
+    )
     values, _ = step_plan.collect(outputs, state)
     answers = step_plan.now(values) if step_plan.now is not None else {}
     return [answers[i].results for i in range(len(requests))]

@@ -11,6 +11,8 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, final
 
+from ._scalars import ScalarOutputs
+
 if TYPE_CHECKING:
     from ._session import MonitoredSession
 
@@ -18,7 +20,8 @@ __all__ = ["Fetches", "RunOptions", "SessionRunArgs", "SessionRunContext", "Sess
 
 #: A fetch structure: a name (a step output or a state entry, or ``"global_step"``),
 #: or a list, tuple or dict nesting names. Each hook gets its own structure back.
-Fetches = str | list[Any] | tuple[Any, ...] | Mapping[str, Any] | None
+#: :data:`~monitored.SCALAR_OUTPUTS` alone stands for every scalar output of the step.
+Fetches = str | list[Any] | tuple[Any, ...] | Mapping[str, Any] | ScalarOutputs | None
 
 
 @final

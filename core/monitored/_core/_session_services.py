@@ -244,6 +244,14 @@ class PluginServices:
         """Whether any registered hook or plugin implements ``hook``."""
         return bool(self._require_plan()[hook])
 
+    def implementers(self, hook: str) -> tuple[object, ...]:
+        """The hook objects and plugins implementing ``hook``, in call order.
+
+        For a plugin that hands values on to the others (a summary writer skips
+        the handing when it is the only sink).
+        """
+        return tuple(call.info.plugin for call in self._require_plan()[hook])
+
     @property
     def has_summary_sinks(self) -> bool:
         """Whether any plugin implements ``write_summaries``."""

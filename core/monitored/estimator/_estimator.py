@@ -25,7 +25,6 @@ import numpy as np
 from .._core._backend import is_array, to_host
 from .._core._basic_hooks import StopAtStepHook
 from .._core._capabilities import provider
-from .._core._run import SessionRunArgs
 from .._core._scaffold import Scaffold
 from .._core._state import TrainState
 from ..data import Pipeline
@@ -93,31 +92,6 @@ class _Built:
         for name, value in self.entries.items():
             state.add(name, value.copy(), trainable=name not in self.non_trainable)
         state.rng_state = self.rng_state
-
-
-@final
-class _LossSummary:
-    """Writes the training loss to the summary sinks every ``every_n_steps`` (TF's ``loss``)."""
-
-    __slots__ = ("_due", "_every", "_session")
-
-    def __init__(self, every_n_steps: int) -> None:
-        self._every = every_n_steps
-        self._session: Any = None
-        self._due = False
-
-    def begin(self, session: Any) -> None:
-        self._session = session
-
-    def before_run(self, run_context: Any) -> SessionRunArgs | None:
-        session = self._session
-        self._due = session.has_summary_sinks and session.state.global_step % self._every == 0
-        return SessionRunArgs("loss") if self._due else None
-
-    async def after_run(self, run_context: Any, run_values: Any) -> None:
-        if self._due:
-            step = self._session.state.global_step
-            await self._session.write_summaries(step, {"loss": float(run_values.results)})
 
 
 def split_batch(batch: Any) -> tuple[Any, Any]:
@@ -253,8 +227,6 @@ class Estimator:
         ]
         if steps is not None:
             run_hooks.append(StopAtStepHook(num_steps=steps))
-        if self._config.save_summary_steps:
-            run_hooks.append(_LossSummary(self._config.save_summary_steps))
         experiment = self._experiment(input_fn, built, run_hooks, train_steps=max_steps)
         await experiment.train(delay_secs=0)
         return self

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from ..evaluation import EvaluationResult
 from ..evaluation import Experiment as StepExperiment
 from ._errors import EstimatorError
-from ._estimator import Estimator, _check_metric_specs, _LossSummary
+from ._estimator import Estimator, _check_metric_specs
 from ._spec import MetricSpec, ModeKeys
 
 __all__ = ["Experiment"]
@@ -59,8 +59,6 @@ class Experiment(StepExperiment):
         specs = _check_metric_specs(eval_metrics)
         config = estimator.config
         hooks: list[object] = [*(train_monitors or ())]
-        if config.save_summary_steps:
-            hooks.append(_LossSummary(config.save_summary_steps))
         built = estimator._build(train_input_fn, ModeKeys.TRAIN)
         evaluated = estimator._build(eval_input_fn, ModeKeys.EVAL)
         template = estimator._experiment(train_input_fn, built, [], train_steps=None)

@@ -613,6 +613,7 @@ async def _evaluate(
         save_checkpoint_secs=None,
         save_summaries_steps=1 if summary_dir is not None else None,
         log_step_count_steps=None,
+        evaluation=True,
     )
     session = EvaluationSession(
         eval_state,

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
+from _standin_device import StandinCupy, standin_cupy
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
@@ -21,6 +22,8 @@ import monitored_summaries as summaries
 from monitored import MonitoredSession, MonitoredTrainingSession, StopAtStepHook, TrainState
 from monitored_mlflow import STEP_TAG, MlflowConfigError, MlflowHook, run_status
 from monitored_summaries import summary_iterator
+
+__all__ = ["standin_cupy"]  # the stand-in CuPy fixture
 
 
 def step(state: TrainState) -> dict[str, Any]:
@@ -298,7 +301,9 @@ async def test_the_session_calls_the_hook_only_on_its_due_steps(tracking_uri: st
 
     mine.after_run = recording  # type: ignore[method-assign]
     await train(tracking_uri, 10, hooks=[mine])
-    assert calls == [4, 8]  # skip_step_hooks: the steps in between call nothing of it
+    # skip_step_hooks: the steps in between call nothing of it, but for the step after a
+    # due one, which brings the due step's outputs (asked for one step late).
+    assert calls == [4, 5, 8, 9]
     logged = history(tracking_uri, only_run(tracking_uri).info.run_id, "loss")
     assert [s for s, _ in logged] == [4, 8, 10]  # and the last step, from `end`
 
@@ -479,3 +484,75 @@ async def test_a_run_is_named_after_its_checkpoint_directory_by_default(
 async def test_without_a_checkpoint_directory_mlflow_names_the_run(tracking_uri: str) -> None:
     await train(tracking_uri, 5)
     assert only_run(tracking_uri).info.run_name  # MLflow's own (adjective-animal-number)
+
+
+def outputs_step(state: TrainState) -> dict[str, Any]:
+    """Every kind of step output: scalars of every sort, and what no sink takes."""
+    state.global_step += 1
+    return {
+        "loss": np.float32(1.0 / state.global_step),
+        "grad_norm": np.array([2.0]),
+        "count": 3,
+        "rate": 0.5,
+        "zero_d": np.array(4.0, np.float64),
+        "flag": True,
+        "np_flag": np.bool_(False),
+        "vector": np.arange(3.0),
+        "name": "x",
+    }
+
+
+async def test_tensorboard_and_mlflow_get_the_same_scalar_outputs_from_one_run(
+    tracking_uri: str, tmp_path: Path
+) -> None:
+    # One rule (monitored.scalar_outputs) for every sink: the summaries plugin's event
+    # file and the MLflow run hold the same step outputs by name.
+    await train(
+        tracking_uri, 20, step_fn=outputs_step, summary_dir=tmp_path, save_summaries_steps=10
+    )
+    in_file = {
+        value.tag
+        for path in glob.glob(str(tmp_path / "events.out.tfevents.*"))
+        for event in summary_iterator(path)
+        for value in event.summary.value
+    }
+    run = only_run(tracking_uri)
+    in_mlflow = set(run.data.metrics)
+    expected = {"loss", "grad_norm", "count", "rate", "zero_d"}
+    assert in_file - {"global_step/sec"} == expected
+    assert in_mlflow - {"global_step/sec"} == expected
+
+
+async def test_device_outputs_are_logged_at_their_step_without_waiting_in_it(
+    tracking_uri: str, standin_cupy: StandinCupy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A due step's scalar outputs are fetched one step late: no step waits for the device."""
+    monkeypatch.setenv("MONITORED_DISABLE_PLUGINS", "nan_guard")  # it fetches the loss too
+    cupy = standin_cupy.module
+    blocking: list[int] = []
+    current = [0]
+    get = cupy.ndarray._get
+
+    def recording_get(self: Any, kind: str, stream: Any, order: str, out: Any, wait: bool) -> Any:
+        if wait:
+            blocking.append(current[0])
+        return get(self, kind, stream, order, out, wait)
+
+    monkeypatch.setattr(cupy.ndarray, "_get", recording_get)
+
+    def device_step(state: TrainState) -> dict[str, Any]:
+        state.global_step += 1
+        return {"loss": cupy.asarray(np.float32(state.global_step)), "lr": 0.1}
+
+    mine = MlflowHook(tracking_uri, log_every_n_steps=4)
+    async with MonitoredSession(
+        TrainState(), hooks=[mine, StopAtStepHook(last_step=10)], stop_grace_period_secs=60
+    ) as sess:
+        while not sess.should_stop():
+            current[0] = sess.state.global_step + 1
+            await sess.run(device_step)
+        current[0] = 11  # the close
+    run = only_run(tracking_uri)
+    assert history(tracking_uri, run.info.run_id, "loss") == [(4, 4.0), (8, 8.0), (10, 10.0)]
+    assert [s for s, _ in history(tracking_uri, run.info.run_id, "lr")] == [4, 8, 10]
+    assert blocking == [11], "only the last step, not due, read at the close"

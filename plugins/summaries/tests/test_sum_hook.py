@@ -336,7 +336,7 @@ async def test_recorded_scalars_reach_every_other_sink_once_at_the_step_written(
     hooks = [
         StopAtStepHook(last_step=7),
         sink,
-        SummarySaverHook(save_steps=3, output_dir=logdir),
+        SummarySaverHook(save_steps=3, output_dir=logdir, step_outputs=True),
         StepCounterHook(every_n_steps=2),
     ]
     async with MonitoredSession(TrainState(), hooks=hooks) as s:
@@ -346,6 +346,7 @@ async def test_recorded_scalars_reach_every_other_sink_once_at_the_step_written(
     # Under the tag TensorBoard shows; histograms, images and text stay in the event file.
     assert [step for step, _ in sink.points("Train/Training_Loss")] == [1, 4, 7]
     recorded = [values for _, values in sink.got if "loss" in values]
+    # Not the step's scalar output ``lr``: every sink takes step outputs itself.
     assert all(set(values) == {"loss", "Train/Training_Loss"} for values in recorded)
     assert all(type(v) is np.ndarray and v.size == 1 for d in recorded for v in d.values())
     written = scalars(events(logdir))
@@ -378,24 +379,27 @@ async def test_hooks_sharing_a_writer_write_what_one_hands_on_once(
     logdir: str, events: Any
 ) -> None:
     # Both write into logdir's shared writer; each skips what the other handed on.
-    first = SummarySaverHook(save_steps=1, output_dir=logdir)
-    second = SummarySaverHook(save_steps=1, output_dir=logdir)
+    first = SummarySaverHook(save_steps=1, output_dir=logdir, step_outputs=True)
+    second = SummarySaverHook(save_steps=1, output_dir=logdir, step_outputs=True)
     await train([first, second], 4)
     assert first.writer is second.writer
     points = [(e.step, v.tag) for e in events(logdir) for v in e.summary.value]
-    assert sorted(points) == [(1, "loss"), (2, "loss"), (3, "loss"), (4, "loss")]
+    expected = [(step, tag) for step in range(1, 5) for tag in ("loss", "lr")]
+    assert sorted(points) == expected, "the step's scalar output lr once a step"
 
 
 async def test_a_hook_with_its_own_writer_writes_what_another_hands_on(
     tmp_path: Any, events: Any, scalars: Any
 ) -> None:
     # A second event file (another directory) is a sink like any other. Step 1 is due
-    # for both: the hook armed last records it (second); first then writes 2 and 4.
-    first = SummarySaverHook(save_steps=2, output_dir=str(tmp_path / "a"))
-    second = SummarySaverHook(save_steps=10**6, output_dir=str(tmp_path / "b"))
+    # for both: the hook armed last records it (second); first writes the step's
+    # outputs then (and what second hands on), then records 3; 4, the end, is outputs.
+    first = SummarySaverHook(save_steps=2, output_dir=str(tmp_path / "a"), step_outputs=True)
+    second = SummarySaverHook(save_steps=10**6, output_dir=str(tmp_path / "b"), step_outputs=True)
     await train([first, second], 4)
-    assert [step for step, _ in scalars(events(str(tmp_path / "b")))["loss"]] == [1, 2, 4]
-    assert [step for step, _ in scalars(events(str(tmp_path / "a")))["loss"]] == [1, 2, 4]
+    assert [step for step, _ in scalars(events(str(tmp_path / "b")))["loss"]] == [1, 3]
+    assert [step for step, _ in scalars(events(str(tmp_path / "a")))["loss"]] == [1, 3]
+    assert [step for step, _ in scalars(events(str(tmp_path / "a")))["lr"]] == [1, 3, 4]
 
 
 async def test_a_sink_that_fails_raises_naming_itself_and_the_point_is_in_the_file(
@@ -413,3 +417,23 @@ async def test_a_sink_that_fails_raises_naming_itself_and_the_point_is_in_the_fi
     assert "Broken" in notes
     assert "at step 1" in notes
     assert scalars(events(logdir))["loss"] == [(1, 1.0)], "written before it was handed on"
+
+
+async def test_step_outputs_of_training_steps_only_are_written_when_asked(
+    logdir: str, events: Any, scalars: Any
+) -> None:
+    def training_step(state: TrainState) -> dict[str, Any]:
+        state.global_step += 1
+        return {"loss": np.float32(1.0 / state.global_step), "out": np.arange(4.0)}
+
+    hook = SummarySaverHook(save_steps=2, output_dir=logdir, step_outputs=True)
+    async with MonitoredSession(TrainState(), hooks=[hook]) as s:
+        await s.run(validation_step)  # due (the first step), but no training step: nothing
+        for _ in range(4):
+            await s.run(training_step)  # 1, 2, 3, 4: 1 and 3 are due
+            await s.run(validation_step)
+        await s.run(training_step)  # 5: the end, not due
+    written = scalars(events(logdir))
+    assert [step for step, _ in written["loss"]] == [1, 3, 5]
+    assert "cost" not in written, "a validation step's outputs are not the run's curves"
+    assert "out" not in written, "four elements: no scalar"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -189,3 +190,44 @@ def test_close_after_a_failed_final_flush_raises_and_returns(logdir: str) -> Non
         writer.close()  # the failure of close's own flush; the thread still ends
     assert writer.closed
     assert not writer._thread.is_alive()
+
+
+def test_the_writers_thread_takes_events_max_queue_at_a_time(logdir: str) -> None:
+    writer = FileWriter(logdir, max_queue=10, flush_secs=1000)
+    taken: list[int] = []
+    get = writer._queue.get
+
+    def counting_get(timeout: float | None) -> list[Any]:
+        items = get(timeout)
+        if items:
+            taken.append(len(items))
+        return items
+
+    writer._queue.get = counting_get  # type: ignore[method-assign]
+    writer.flush()  # the thread, woken, calls the counting get from now on
+    taken.clear()
+    for step in range(1, 26):
+        writer.add_summary(Summary(value=[Summary.Value(tag="a", simple_value=step)]), step)
+    writer.flush()
+    # 25 events and a flush: woken at the 10th, the 20th, and by the flush (not 26 times).
+    assert len(taken) <= 4
+    assert sum(taken) == 26
+    steps = [e.step for e in summary_iterator(writer.path) if e.summary.value]
+    assert steps == list(range(1, 26)), "in order"
+    writer.close()
+
+
+def test_fewer_than_max_queue_events_still_reach_the_file_within_flush_secs(
+    logdir: str,
+) -> None:
+    writer = FileWriter(logdir, max_queue=100, flush_secs=1.0)  # the least that batches
+    writer.add_summary(Summary(value=[Summary.Value(tag="a", simple_value=1.0)]), 1)
+    deadline = time.monotonic() + 60  # generous: a loaded machine
+    steps: list[int] = []
+    while time.monotonic() < deadline:
+        steps = [e.step for e in summary_iterator(writer.path) if e.summary.value]
+        if steps:
+            break
+        time.sleep(0.05)
+    assert steps == [1], "written and flushed with no flush() call"
+    writer.close()

@@ -30,7 +30,7 @@ import anyio
 import anyio.to_thread
 import numpy as np
 
-from monitored import PluginError, to_host
+from monitored import SCALAR_OUTPUTS, PluginError, SessionRunArgs, scalar_outputs, to_host
 
 from ._errors import MlflowConfigError
 from ._sender import Sender, SenderConfig
@@ -54,7 +54,10 @@ DEFAULT_EXPERIMENT: Final = "monitored"
 LOG_CHECKPOINTS: Final = (None, "best", "all")
 log = logging.getLogger("monitored.mlflow")
 
-_NUMERIC_KINDS: Final = frozenset("fiu")
+#: What a due step asks for: its scalar outputs, one step late (a device's copy is
+#: started in the step without waiting; the next step's ``after_run`` logs them).
+_LATE_OUTPUTS: Final = SessionRunArgs(SCALAR_OUTPUTS, lag=1)
+
 #: Plugin options whose contents are logged as parameters or tags of their own.
 _LOGGED_AS_THEMSELVES: Final = {"mlflow": ("params", "tags"), "summaries": ("hparams",)}
 
@@ -221,6 +224,10 @@ class MlflowHook:
         #: The tags logged at step ``_logged_step`` (a tag is logged once per step).
         self._logged_step = -1
         self._logged: set[str] = set()
+        #: Whether this step's ``before_run`` asked for its outputs (``lag=1``), and the
+        #: due step whose outputs are on their way.
+        self._asked = False
+        self._late_step: int | None = None
         self._active = False
         #: When the session began (ms since the epoch): the new run's start time.
         self._started_ms: int | None = None
@@ -243,6 +250,8 @@ class MlflowHook:
         self._active = session.is_chief
         self._next_due = 1 << 62 if not self._active else 0
         self._started_ms = int(time.time() * 1000)
+        self._asked = False
+        self._late_step = None
 
     def load_plugin_state(self, session: MonitoredSession, state: Mapping[str, Any]) -> None:
         run_id, run_key = state.get("run_id"), state.get("run_key")
@@ -305,15 +314,33 @@ class MlflowHook:
                 self.max_pending,
             )
 
+    def before_run(self, run_context: SessionRunContext) -> SessionRunArgs | None:
+        # Called on the step that makes the global step due (skip_step_hooks) or later:
+        # its scalar outputs are asked for one step late, so the step never waits.
+        session = run_context.session
+        if self._sender is None or session.state.global_step + 1 < self._next_due:
+            return None
+        self._asked = True
+        return _LATE_OUTPUTS
+
     def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
         # Sync on purpose: a step that is not due costs an attribute chain and a compare.
+        late = self._late_step
+        if late is not None and run_values.results is not None:
+            # The outputs of the due step before, arrived (also on a skipped step).
+            self._late_step = None
+            self._log_outputs(late, run_values.results)
+        asked, self._asked = self._asked, False
         session = run_context.session
         step = session.state.global_step
         if step < self._next_due:
             return
         self._next_due = (step // self.log_every_n_steps + 1) * self.log_every_n_steps
         session.skip_step_hooks(self, self._next_due)
-        self._log_outputs(step, session.last_outputs)
+        if asked:
+            self._late_step = step  # logged when they arrive: the next step, or the stop
+        else:  # a step that jumped to the due step without asking: read them now
+            self._log_outputs(step, session.last_outputs)
 
     def write_summaries(
         self, session: MonitoredSession, step: int, summaries: Mapping[str, Any]
@@ -364,7 +391,8 @@ class MlflowHook:
             self._log_best(os.fspath(path))
 
     def end(self, session: MonitoredSession) -> None:
-        # The last step's outputs, unless it was due (they are logged then).
+        # The last step's outputs, unless it was due (they are logged then: a due last
+        # step's arrived before ``end``, when the session stopped).
         self._log_outputs(session.state.global_step, session.last_outputs)
 
     async def before_close(self, session: MonitoredSession, error: BaseException | None) -> None:
@@ -395,25 +423,19 @@ class MlflowHook:
 
 
 def _scalars(values: Mapping[str, Any]) -> dict[str, float]:
-    """The numeric single-element entries of ``values``, as floats (one transfer off a device)."""
+    """The scalars of ``values`` by the rule every summary sink follows
+    (:func:`monitored.scalar_outputs`), as floats (one transfer off a device)."""
     names: list[str] = []
     picked: list[Any] = []
     out: dict[str, float] = {}
-    for key, value in values.items():
-        kind = type(value)
-        if kind is float or kind is int:  # not bool: a flag is no metric
+    for key, value in scalar_outputs(values).items():
+        if isinstance(value, int | float | np.generic):
             out[key] = float(value)
-        elif isinstance(value, np.generic):
-            if value.dtype.kind in _NUMERIC_KINDS:
-                out[key] = float(value)
         elif isinstance(value, np.ndarray):
-            if value.size == 1 and value.dtype.kind in _NUMERIC_KINDS:
-                out[key] = float(value.item())
+            out[key] = float(value.item())
         else:
-            dtype = getattr(value, "dtype", None)
-            if dtype is not None and dtype.kind in _NUMERIC_KINDS and value.size == 1:
-                names.append(key)  # on a device: all of them in one transfer below
-                picked.append(value)
+            names.append(key)  # on a device: all of them in one transfer below
+            picked.append(value)
     if picked:
         for key, host in zip(names, to_host(picked), strict=True):
             out[key] = float(host.reshape(()))

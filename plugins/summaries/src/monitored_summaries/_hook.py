@@ -12,6 +12,13 @@ With ``save_secs`` the clock is read when the step starts, as TF1's
 step): a synchronous ``before_run`` reading the clock, and the same
 ``after_run`` comparing integers.
 
+With ``step_outputs=True`` (the plugin's hook) a due step also asks, in a
+``before_run``, for its scalar outputs (``monitored.SCALAR_OUTPUTS``, the rule
+every summary sink follows) with ``lag=1``: on a device their copy is started
+in the step without waiting, and they are written, at the step they belong to,
+when they arrive at the next step's ``after_run`` (or when the session stops,
+before the writer closes). The step's outputs are never read in the step.
+
 A due step that records nothing (a validation or test step run in the same
 session, which calls no ``summaries.*`` function and fetches nothing) does not
 use up the slot: the next step that records something is written instead.
@@ -47,7 +54,13 @@ from tensorboardX.proto.event_pb2 import SessionLog
 from tensorboardX.proto.summary_pb2 import Summary
 from tensorboardX.summary import hparams as hparams_summaries
 
-from monitored import SecondOrStepTimer, SessionRunArgs, to_host
+from monitored import (
+    SCALAR_OUTPUTS,
+    SecondOrStepTimer,
+    SessionRunArgs,
+    scalar_outputs,
+    to_host,
+)
 
 from . import _record
 from ._encode import clean_tag
@@ -69,6 +82,11 @@ log = logging.getLogger("monitored.summaries")
 #: ``_arm_after`` of a ``save_secs`` hook: its ``after_run`` never arms (``before_run`` does).
 _NEVER: Final = sys.maxsize
 
+#: What a ``step_outputs`` hook asks of a due step: its scalar outputs, one step late
+#: (on a device, their copy starts without waiting; the next step's ``after_run``, or
+#: the session's stop, hands them over).
+_LATE_OUTPUTS: Final = SessionRunArgs(SCALAR_OUTPUTS, lag=1)
+
 
 class SummarySaverHook:
     """Writes summaries every ``save_steps`` steps or ``save_secs`` seconds (TF1's timing).
@@ -87,6 +105,16 @@ class SummarySaverHook:
         histograms: the same, written as histograms.
         hparams: the run's hyperparameters, for TensorBoard's HParams dashboard.
         metrics: scalar tags that HParams compares runs by.
+        step_outputs: write the step's scalar outputs on due steps and at the end
+            (:func:`monitored.scalar_outputs`, the rule every summary sink follows),
+            besides what the step records and what ``scalars`` names. Off by
+            default for a hook made in code (TF1's hook wrote its summary op
+            only); the hook the ``summaries`` plugin makes has it on. They are
+            fetched one step late (``SCALAR_OUTPUTS`` with ``lag=1``: a device's
+            copy is started in the due step and collected at the next one, or when
+            the session stops), and written at the step they belong to; a hook that
+            fetches by name (``scalars``/``histograms``) waits for those values in
+            the due step anyway, and reads the outputs with them.
     """
 
     __slots__ = (
@@ -96,16 +124,21 @@ class SummarySaverHook:
         "_every_secs",
         "_every_steps",
         "_final_metrics",
+        "_hand_on",
         "_held",
         "_hparams_written",
         "_last_written",
+        "_late",
         "_listener",
+        "_recorded_names",
         "_recorder",
+        "_step_outputs",
         "_timer",
         "_writer",
         "claims_directory",
         "histograms",
         "hparams",
+        "keep_writer_open",
         "metrics",
         "output_dir",
         "scalars",
@@ -115,6 +148,9 @@ class SummarySaverHook:
     #: Passed in ``hooks=[...]``, it owns the session's summaries: the installed
     #: ``summaries`` plugin adds no second writer (each value is written once).
     provides: ClassVar[frozenset[str]] = frozenset({"summaries"})
+
+    #: Whether the due steps' outputs are asked for with ``lag=1`` (``before_run``).
+    _lagged: ClassVar[bool] = False
 
     def __new__(cls, *args: Any, **kwargs: Any) -> SummarySaverHook:
         # Only a hook that fetches by name or reads the clock has a before_run: the
@@ -127,7 +163,10 @@ class SummarySaverHook:
             elif fetching:
                 cls = _FetchingSummarySaverHook
             elif timed:
-                cls = _TimedSummarySaverHook
+                outputs = bool(kwargs.get("step_outputs"))
+                cls = _TimedOutputsSummarySaverHook if outputs else _TimedSummarySaverHook
+            elif kwargs.get("step_outputs"):
+                cls = _OutputsSummarySaverHook
         return object.__new__(cls)
 
     def __init__(
@@ -143,6 +182,7 @@ class SummarySaverHook:
         histograms: Iterable[str] = (),
         hparams: Mapping[str, Any] | None = None,
         metrics: Mapping[str, float] | Sequence[str] = (),
+        step_outputs: bool = False,
     ) -> None:
         if (save_steps is None) == (save_secs is None):
             raise SummaryScheduleError(
@@ -175,6 +215,11 @@ class SummarySaverHook:
         #: Whether the session's chief claims ``output_dir`` (``run_directories``):
         #: set on the hook the plugin makes for a ``MonitoredTrainingSession``.
         self.claims_directory = False
+        #: Whether the session gives its shared writer back open, for the next session
+        #: of ``output_dir`` in this process (``FileWriterCache.release(keep_open=True)``):
+        #: set on the hook the plugin makes for an evaluation, so that a training's
+        #: evaluations append to one event file.
+        self.keep_writer_open = False
         self.scalars = _names("scalars", scalars)
         self.histograms = _names("histograms", histograms)
         self.hparams = (
@@ -183,6 +228,7 @@ class SummarySaverHook:
             else None
         )
         self.metrics = metrics
+        self._step_outputs = bool(step_outputs)
         self._timer = SecondOrStepTimer(every_secs=save_secs, every_steps=save_steps)
         self._every_steps = save_steps
         self._every_secs = save_secs
@@ -197,6 +243,20 @@ class SummarySaverHook:
         self._listener: Callable[[SummaryWriteError], None] | None = None
         self._hparams_written = False
         self._final_metrics: dict[str, float] = {}
+        #: The names the steps recorded themselves: at the end, a step output of the
+        #: same name is not written (the recorded value is the curve).
+        self._recorded_names: set[str] = set()
+        #: A due step whose scalar outputs are on their way (``lag=1``): its global
+        #: step, and the names written there already (recorded or fetched by name).
+        self._late: tuple[int, frozenset[str]] | None = None
+        #: Whether a summary sink other than this writer's hooks is there to hand the
+        #: written scalars to (decided when the session is created).
+        self._hand_on = True
+
+    @property
+    def step_outputs(self) -> bool:
+        """Whether the step's scalar outputs are written (fixed when the hook is made)."""
+        return self._step_outputs
 
     @property
     def writer(self) -> FileWriter | None:
@@ -227,6 +287,8 @@ class SummarySaverHook:
             self._writer = self._held = FileWriterCache.acquire(self.output_dir)
         self._timer.reset()
         self._last_written = None
+        self._recorded_names = set()
+        self._late = None
         self._arm_after = 0 if self._every_steps is not None else _NEVER
         self._due_at = -math.inf
 
@@ -235,6 +297,11 @@ class SummarySaverHook:
         self._detach()
         self._coord = coord
         self._listener = _stop_on_error(coord)
+        # Handing on to no one costs a coroutine and a hook call per written step.
+        self._hand_on = any(
+            not (isinstance(owner, SummarySaverHook) and owner._writer is writer)
+            for owner in session.implementers("write_summaries")
+        )
         writer.add_error_listener(self._listener)
         self._disarm()
         # The step the first run writes: TensorBoard drops what an earlier run wrote
@@ -253,6 +320,8 @@ class SummarySaverHook:
         # Sync on purpose: on a step that is not due nothing is made, fetched or awaited.
         recorder = self._recorder
         if recorder is None:
+            if self._late is not None:
+                self._write_late(run_values.results)
             # save_steps: nothing until the step before the next due one (the timer, a
             # method call, decides only then); save_secs: never (before_run arms).
             step = run_context.session.state.global_step
@@ -260,11 +329,30 @@ class SummarySaverHook:
                 self._arm(step + 1)
             return None
         results = run_values.results
-        if results is None and not recorder.records:
+        late = self._lagged
+        if late:
+            # What arrives now are the outputs of an earlier step, asked for lag=1
+            # (written if that step was a due training step, else dropped).
+            if self._late is not None:
+                self._write_late(results)
+            results = None
+        session = run_context.session
+        # Only a training step's outputs (one that moved the global step to the step
+        # armed): a validation step's are not the run's curves. With lag=1 nothing is
+        # read now: the session picks the scalars when it fetches them.
+        training = self._step_outputs and session.state.global_step >= recorder.step
+        outputs: Mapping[str, Any] = (
+            {}
+            if not training
+            else session.last_outputs
+            if late
+            else scalar_outputs(session.last_outputs)
+        )
+        if results is None and not recorder.records and not outputs:
             # A step that recorded nothing (a validation step) leaves the slot to the next.
-            recorder.step = run_context.session.state.global_step + 1
+            recorder.step = session.state.global_step + 1
             return None
-        return self._write_step(run_context.session, recorder, results)
+        return self._write_step(session, recorder, results, outputs, late=late)
 
     def end(self, session: MonitoredSession) -> Any:
         return self._end(session)
@@ -276,11 +364,20 @@ class SummarySaverHook:
         try:
             if self._last_written != step and session.last_outputs:
                 # TF1 writes the end step: the values named in scalars/histograms can
-                # still be fetched (what the step recorded itself was not due).
+                # still be fetched (what the step recorded itself was not due), and
+                # the step's scalar outputs are there.
                 fetched = self._fetches()
-                if fetched:
-                    host_records = self._fetched_records(session.fetch(fetched))
-                    self._write(step, [], host_records)
+                host_records = self._fetched_records(session.fetch(fetched)) if fetched else []
+                outputs = scalar_outputs(session.last_outputs) if self._step_outputs else {}
+                if outputs and _writer_took_outputs(writer, step):
+                    outputs = {}
+                records = [
+                    record
+                    for record in _output_records(outputs, host_records)
+                    if record[1] not in self._recorded_names
+                ]
+                if records or host_records:
+                    self._write(step, records, host_records)
                     written = self._written_scalars([], [], host_records)
                     if written is not None:
                         await session.write_summaries(step, written)
@@ -327,15 +424,34 @@ class SummarySaverHook:
             self._recorder = None
 
     def _write_step(
-        self, session: MonitoredSession, recorder: _record.Recorder, results: Any
+        self,
+        session: MonitoredSession,
+        recorder: _record.Recorder,
+        results: Any,
+        outputs: Mapping[str, Any],
+        *,
+        late: bool = False,
     ) -> Awaitable[None] | None:
-        """Write a due step; return the handing of its scalars to the other sinks."""
+        """Write a due step; return the handing of its scalars to the other sinks.
+
+        ``late``: ``outputs`` are on their way (``lag=1``) and written when they arrive.
+        """
         _record.disarm(recorder)
         self._recorder = None
         step = session.state.global_step
         fetched = self._fetched_records(results) if results is not None else []
-        host = self._write(step, recorder.records, fetched)
-        written = self._written_scalars(recorder.records, host, fetched)
+        self._recorded_names.update(name for _, name, _, _ in recorder.records)
+        if outputs and _writer_took_outputs(self._require_writer(), step):
+            outputs = {}  # another hook writing through this writer wrote them
+        recorded = recorder.records
+        if late:
+            if outputs:
+                self._late = (step, frozenset(name for _, name, _, _ in recorded))
+            outputs = {}
+        records = [*recorded, *_output_records(outputs, recorded, fetched)]
+        host = self._write(step, records, fetched)
+        # Step outputs are not handed on: every sink takes them itself, by the same rule.
+        written = self._written_scalars(recorded, host[: len(recorded)], fetched)
         self._write_hparams(step)
         self._timer.update_last_triggered_step(step)
         self._last_written = step
@@ -346,6 +462,25 @@ class SummarySaverHook:
         if self._timer.should_trigger_for_step(step + 1):
             self._arm(step + 1)
         return None if written is None else session.write_summaries(step, written)
+
+    def _write_late(self, results: Mapping[str, Any] | None) -> None:
+        """Write the scalar outputs of the due step noted in ``_late``, just arrived.
+
+        ``None`` (the session stopped before they came) writes nothing. A name the
+        step recorded itself is not written twice.
+        """
+        pending, self._late = self._late, None
+        if not results or pending is None:
+            return
+        writer = self._writer
+        if writer is None or writer.closed:
+            return
+        step, taken = pending
+        records: list[Record] = [
+            ("scalar", name, value, {}) for name, value in results.items() if name not in taken
+        ]
+        if records:
+            writer.add_records(step, records, [record[2] for record in records])
 
     def _write(
         self, step: int, records: Sequence[Record], host_records: Sequence[Record]
@@ -367,7 +502,9 @@ class SummarySaverHook:
         self, records: Sequence[Record], host: Sequence[Any], host_records: Sequence[Record]
     ) -> _Written | None:
         """The scalars just written, by the tag they were written under, for the other
-        summary sinks; ``None`` when there are none."""
+        summary sinks; ``None`` when there are none (or no other sink)."""
+        if not self._hand_on:
+            return None
         pairs = [
             (name, value)
             for (kind, name, _, _), value in zip(records, host, strict=True)
@@ -460,7 +597,7 @@ class SummarySaverHook:
         self._detach()
         writer, self._held = self._held, None
         if writer is not None:
-            FileWriterCache.release(writer)
+            FileWriterCache.release(writer, keep_open=self.keep_writer_open)
 
     def _release_quietly(self) -> None:
         """:meth:`_release` where a failure was already reported (or nobody is left)."""
@@ -483,6 +620,18 @@ class _FetchingSummarySaverHook(SummarySaverHook):
         return SessionRunArgs(self._fetches())
 
 
+class _OutputsSummarySaverHook(SummarySaverHook):
+    """A :class:`SummarySaverHook` with ``step_outputs``: a due step's scalar outputs are
+    asked for one step late (nothing waits for a device in the step)."""
+
+    __slots__ = ()
+
+    _lagged = True
+
+    def before_run(self, run_context: SessionRunContext) -> SessionRunArgs | None:
+        return None if self._recorder is None else _LATE_OUTPUTS
+
+
 class _TimedSummarySaverHook(SummarySaverHook):
     """A :class:`SummarySaverHook` with ``save_secs``: the clock is read as the step starts."""
 
@@ -494,6 +643,18 @@ class _TimedSummarySaverHook(SummarySaverHook):
             if self._timer.should_trigger_for_step(step):
                 self._arm(step)
         return None
+
+
+class _TimedOutputsSummarySaverHook(_TimedSummarySaverHook):
+    """``save_secs`` and ``step_outputs``: armed as the step starts, outputs one step late."""
+
+    __slots__ = ()
+
+    _lagged = True
+
+    def before_run(self, run_context: SessionRunContext) -> SessionRunArgs | None:
+        super().before_run(run_context)
+        return None if self._recorder is None else _LATE_OUTPUTS
 
 
 class _TimedFetchingSummarySaverHook(_FetchingSummarySaverHook):
@@ -547,6 +708,24 @@ def _names(argument: str, names: Iterable[str]) -> tuple[str, ...]:
                 f"SummarySaverHook: {argument} must hold non-empty names, got {name!r}"
             )
     return checked
+
+
+def _writer_took_outputs(writer: FileWriter, step: int) -> bool:
+    """Whether the step outputs of ``step`` went to ``writer`` already (another hook
+    sharing it wrote them); if not, they go now: note it."""
+    if writer.outputs_step == step:
+        return True
+    writer.outputs_step = step
+    return False
+
+
+def _output_records(outputs: Mapping[str, Any], *written: Sequence[Record]) -> list[Record]:
+    """The step's scalar outputs as records, but for the names ``written`` holds already
+    (a value the step recorded, or fetched by name, under the same name)."""
+    if not outputs:
+        return []
+    taken = {name for records in written for _, name, _, _ in records}
+    return [("scalar", name, value, {}) for name, value in outputs.items() if name not in taken]
 
 
 def _record_size(value: Any) -> int:

@@ -69,17 +69,30 @@ def training_hooks(config: TrainingConfig) -> list[object] | None:
     from ._hook import SummarySaverHook
 
     steps, secs = config.save_summaries_steps, config.save_summaries_secs
+    # An evaluation's results are its summaries: its eval steps' outputs are not.
+    outputs = not config.evaluation
     if steps is not None and steps > 0:
         hook = SummarySaverHook(
-            save_steps=steps, output_dir=config.summary_dir, hparams=hparams, metrics=metrics
+            save_steps=steps,
+            output_dir=config.summary_dir,
+            hparams=hparams,
+            metrics=metrics,
+            step_outputs=outputs,
         )
     elif secs is not None and secs > 0:
         hook = SummarySaverHook(
-            save_secs=secs, output_dir=config.summary_dir, hparams=hparams, metrics=metrics
+            save_secs=secs,
+            output_dir=config.summary_dir,
+            hparams=hparams,
+            metrics=metrics,
+            step_outputs=outputs,
         )
     else:
         return None
     hook.claims_directory = True  # the run's log directory: one writer (run_directories)
+    # An evaluation's writer stays open for the next evaluation of the directory: the
+    # evaluations of one process append to one event file.
+    hook.keep_writer_open = config.evaluation
     return [hook]
 
 

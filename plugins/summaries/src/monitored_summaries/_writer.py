@@ -10,7 +10,9 @@ before it is on disk, and the log directory may be any fsspec URL (see
 ``_logdir``: a remote event file is uploaded whole at each flush).
 
 Encoding (histogram buckets, PNG, WAV) also happens in the writer's thread: the
-step loop only queues host values.
+step loop only queues host values. The thread is woken every ``max_queue``
+events (or by a flush or a close, and at least every ``flush_secs``), not for
+each: a summary written every few steps does not cost a thread switch each time.
 
 The writer's thread is a daemon thread, so it never holds up the interpreter's
 exit (a second Ctrl-C that lands while a writer is being made, say, leaves one
@@ -24,10 +26,10 @@ the exit, and one that is writing is never cut off.
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import logging
 import os
-import queue
 import shutil
 import tempfile
 import threading
@@ -42,7 +44,7 @@ from tensorboardX.proto.summary_pb2 import Summary
 from ._encode import encode
 from ._errors import SummaryDirectoryError, SummaryWriteError
 from ._logdir import LogDir, open_logdir
-from ._naming import OrderedEventsWriter, event_file_name
+from ._naming import PREFIX, OrderedEventsWriter, event_file_name
 
 __all__ = ["EXIT_STALL_SECS", "FileWriter", "FileWriterCache", "SummaryWriter"]
 
@@ -59,6 +61,9 @@ _SEQUENCE = iter(range(1 << 62))
 EXIT_STALL_SECS: Final = 2.0
 #: How often a wait for a writer's thread checks that thread.
 _POLL_SECS: Final = 0.1
+#: From this ``flush_secs`` on, the writer's thread takes events ``max_queue`` at a
+#: time (and looks every ``flush_secs`` for fewer); below it, each as it comes.
+_BATCHING_FLUSH_SECS: Final = 1.0
 #: When the interpreter started to exit (``time.monotonic``), or ``None``.
 _exit_started: float | None = None
 
@@ -74,11 +79,59 @@ class _Flush:
 _CLOSE: Final = object()
 
 
+@final
+class _Pipe:
+    """The events on their way to a writer's thread, first in first out.
+
+    The thread is woken when ``batch`` items wait (or by an item put with
+    ``wake``, such as a flush); a put waits for room while ``limit`` items wait.
+    :meth:`get` hands the thread every waiting item at once.
+    """
+
+    def __init__(self, batch: int, limit: int) -> None:
+        self._batch = batch
+        self._limit = limit
+        self._items: collections.deque[Any] = collections.deque()
+        self._changed = threading.Condition(threading.Lock())
+        self._wake = False
+
+    def put(self, item: Any, timeout: float | None = None, *, wake: bool = True) -> bool:
+        """Add ``item``; ``False`` if there was no room within ``timeout`` seconds."""
+        with self._changed:
+            items = self._items
+            if len(items) >= self._limit and not self._changed.wait_for(
+                lambda: len(items) < self._limit, timeout
+            ):
+                return False
+            items.append(item)
+            if wake or len(items) >= self._batch:
+                self._wake = True
+                self._changed.notify_all()
+        return True
+
+    def get(self, timeout: float | None) -> list[Any]:
+        """Every waiting item, once woken or after ``timeout`` seconds (maybe none)."""
+        with self._changed:
+            if not self._wake:
+                self._changed.wait_for(lambda: self._wake, timeout)
+            self._wake = False
+            taken = list(self._items)
+            self._items.clear()
+            if taken:
+                self._changed.notify_all()  # room for waiting puts
+            return taken
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
 class FileWriter:
     """Writes ``Event`` protos to a new event file in ``logdir``, in a background thread.
 
-    TF1's ``tf.summary.FileWriter`` (also exported as :class:`SummaryWriter`): at most
-    ``max_queue`` events wait in memory, and the file is flushed at least every
+    TF1's ``tf.summary.FileWriter`` (also exported as :class:`SummaryWriter`): the
+    writer's thread takes events ``max_queue`` at a time (at most twice as many wait
+    in memory; each as it comes when ``flush_secs`` is under a second), and the
+    file is flushed at least every
     ``flush_secs`` seconds and on :meth:`flush` and :meth:`close`. A failure to write
     is raised from the next call (as :class:`SummaryWriteError`, naming the file and
     the cause) and handed to every listener added with :meth:`add_error_listener`.
@@ -129,7 +182,13 @@ class FileWriter:
         if self._dir.local is None:
             self._stage(where)
         self._flush_secs = flush_secs
-        self._queue: queue.Queue[Any] = queue.Queue(max_queue)
+        #: The last global step whose step outputs a ``SummarySaverHook`` wrote here:
+        #: hooks sharing this writer write each step's outputs once.
+        self.outputs_step: int | None = None
+        # A flush_secs under a second asks for events on disk at once: the thread is
+        # woken for each (and never polls, see _work).
+        batch = max_queue if flush_secs >= _BATCHING_FLUSH_SECS else 1
+        self._queue = _Pipe(batch, 2 * max_queue)
         self._error: SummaryWriteError | None = None
         self._listeners: list[Callable[[SummaryWriteError], None]] = []
         self._lock = threading.Lock()
@@ -158,7 +217,7 @@ class FileWriter:
                 self._closed = self._abandoned = True
                 running = self._running
             if running:
-                self._queue.put_nowait(_CLOSE)
+                self._queue.put(_CLOSE)
             else:
                 self._close_files()
             raise
@@ -217,7 +276,7 @@ class FileWriter:
         if self._closed:
             return
         marker = _Flush()
-        self._put(marker)
+        self._put(marker, wake=True)
         while not marker.done.wait(_POLL_SECS):
             if not self._thread.is_alive():  # pragma: no cover - the thread never dies silently
                 break
@@ -238,6 +297,13 @@ class FileWriter:
         finally:
             _LIVE.discard(self)
         self._raise_error()
+
+    def _newest(self) -> bool:
+        """Whether this writer's event file is there and sorts last in its directory."""
+        if self._gone():
+            return False
+        files = [name for name in self._dir.names() if name.startswith(PREFIX)]
+        return bool(files) and max(files) == self._name
 
     def _gone(self) -> bool:
         """Whether this local writer's event file was removed (with its directory, say)."""
@@ -285,20 +351,17 @@ class FileWriter:
         if self._error is not None:
             raise self._error
 
-    def _put(self, item: Any) -> None:
+    def _put(self, item: Any, *, wake: bool = False) -> None:
         self._raise_error()
         if self._closed:
             raise SummaryWriteError(f"the writer of {self.path} is closed", path=self.path)
-        self._enqueue(item, "writing")
+        self._enqueue(item, "writing", wake=wake)
 
-    def _enqueue(self, item: Any, doing: str) -> None:
-        """Queue ``item``, waiting for room as long as the writer's thread is not stalled."""
-        while True:
-            try:
-                self._queue.put(item, timeout=_POLL_SECS)
-                return
-            except queue.Full:
-                self._check_stalled(doing)
+    def _enqueue(self, item: Any, doing: str, *, wake: bool = True) -> None:
+        """Queue ``item``, waiting for room as long as the writer's thread is not stalled;
+        ``wake``: the thread takes it now, else with the next ``max_queue`` events."""
+        while not self._queue.put(item, _POLL_SECS, wake=wake):
+            self._check_stalled(doing)
 
     def _check_stalled(self, doing: str) -> None:
         """Raise :class:`SummaryWriteError` if the interpreter is exiting and the writer's
@@ -309,7 +372,7 @@ class FileWriter:
         idle = time.monotonic() - max(started, self._progress)
         if idle < EXIT_STALL_SECS:
             return
-        waiting = self._queue.qsize()
+        waiting = len(self._queue)
         raise SummaryWriteError(
             f"{doing} {self.path} at exit: gave up after its writer's thread wrote nothing "
             f"for {idle:.1f} s; {waiting} queued item(s) not written",
@@ -324,41 +387,47 @@ class FileWriter:
             self._running = True
         next_flush = time.monotonic() + self._flush_secs
         pending = False
+        # Events wait for the thread until max_queue of them do: it looks at least every
+        # flush_secs, so that none waits much longer than that for its flush.
+        idle = self._flush_secs if self._flush_secs >= _BATCHING_FLUSH_SECS else None
         while True:
             # After a failure nothing is flushed again: wait for close, never spin.
-            due = pending and self._error is None
-            timeout = max(0.0, next_flush - time.monotonic()) if due else None
-            try:
-                item = self._queue.get(timeout=timeout)
-            except queue.Empty:
-                item = None
-            try:
-                if item is _CLOSE:
-                    try:
+            failed = self._error is not None
+            timeout = (
+                None if failed else max(0.0, next_flush - time.monotonic()) if pending else idle
+            )
+            for item in self._queue.get(timeout):
+                try:
+                    if item is _CLOSE:
+                        try:
+                            if self._error is None:
+                                self._flush_file()
+                        finally:
+                            self._close_files()
+                        return
+                    if isinstance(item, _Flush):
                         if self._error is None:
                             self._flush_file()
-                    finally:
-                        self._close_files()
-                    return
-                if isinstance(item, _Flush):
-                    if self._error is None:
-                        self._flush_file()
-                        pending = False
-                    item.done.set()
-                    continue
-                if item is not None and self._error is None:
-                    self._write(item)
-                    pending = True
+                            pending = False
+                        item.done.set()
+                    elif self._error is None:
+                        self._write(item)
+                        pending = True
+                except Exception as exc:
+                    self._fail(exc)
+                    if isinstance(item, _Flush):
+                        item.done.set()
+                    if item is _CLOSE:
+                        return
+                finally:
+                    self._progress = time.monotonic()
+            try:
                 if pending and self._error is None and time.monotonic() >= next_flush:
                     self._flush_file()
                     pending = False
                     next_flush = time.monotonic() + self._flush_secs
             except Exception as exc:
                 self._fail(exc)
-                if isinstance(item, _Flush):
-                    item.done.set()
-                if item is _CLOSE:
-                    return
             finally:
                 self._progress = time.monotonic()
 
@@ -435,13 +504,27 @@ class FileWriterCache:
     :meth:`acquire` and gives it back with :meth:`release` when it ends, so the
     writer is flushed then and closed once no session (and no :meth:`get`) holds
     it: nothing is left to write into a directory after its last session.
+
+    A session that gives its writer back with ``keep_open=True`` (an evaluation's:
+    a training evaluates its model directory again and again) leaves it open, flushed,
+    for the next session of that directory in this process: the evaluations of one
+    process append to one event file instead of opening one each. Such an idle
+    writer is closed after :attr:`idle_close_secs` unused, by :meth:`clear`, or at
+    exit; a session that finds its event file no longer the newest of the directory
+    (another writer's file sorts after it) or removed gets a new writer, so the
+    files of a directory still sort in the order of the run.
     """
+
+    #: How long a writer given back with ``keep_open=True`` stays open unused.
+    idle_close_secs: float = 600.0
 
     _writers: dict[str, FileWriter] = {}  # noqa: RUF012 (a process-wide cache, on purpose)
     #: How many sessions hold each writer (acquire/release).
     _holders: dict[FileWriter, int] = {}  # noqa: RUF012
     #: Writers handed out by get: never closed by a release.
     _pinned: weakref.WeakSet[FileWriter] = weakref.WeakSet()  # noqa: RUF012
+    #: Writers given back with ``keep_open=True`` that no session holds: their closers.
+    _idle: dict[FileWriter, threading.Timer] = {}  # noqa: RUF012
     _lock = threading.Lock()
 
     @classmethod
@@ -461,11 +544,13 @@ class FileWriterCache:
             return writer
 
     @classmethod
-    def release(cls, writer: FileWriter) -> None:
+    def release(cls, writer: FileWriter, *, keep_open: bool = False) -> None:
         """Give back a writer taken with :meth:`acquire`: flush it, and close it (and
         forget it) if nothing else holds it. Raises its :class:`SummaryWriteError`.
 
-        A writer closed meanwhile (by :meth:`clear`, say) needs nothing more.
+        With ``keep_open`` a writer nothing else holds is flushed and kept for the
+        next session of its directory, and closed after :attr:`idle_close_secs`
+        unused. A writer closed meanwhile (by :meth:`clear`, say) needs nothing more.
         """
         with cls._lock:
             holders = cls._holders.get(writer, 0) - 1
@@ -478,6 +563,12 @@ class FileWriterCache:
             else:
                 del cls._holders[writer]
             last = not holders and writer not in cls._pinned
+            if last and keep_open and writer.error is None and not writer.closed:
+                closer = threading.Timer(cls.idle_close_secs, cls._close_idle, (writer,))
+                closer.daemon = True
+                cls._idle[writer] = closer
+                closer.start()
+                last = False
             if last:
                 for key, cached in list(cls._writers.items()):
                     if cached is writer:
@@ -494,6 +585,9 @@ class FileWriterCache:
             writers, cls._writers = list(cls._writers.values()), {}
             cls._holders.clear()
             cls._pinned.clear()
+            for closer in cls._idle.values():
+                closer.cancel()
+            cls._idle.clear()
         for writer in writers:
             with contextlib.suppress(SummaryWriteError):
                 writer.close()
@@ -503,9 +597,34 @@ class FileWriterCache:
         """The live writer of ``logdir``, made anew if there is none (called locked)."""
         key = open_logdir(logdir).key
         writer = cls._writers.get(key)
+        closer = cls._idle.pop(writer, None) if writer is not None else None
+        if closer is not None:
+            closer.cancel()
+            assert writer is not None
+            if not writer._newest():
+                # Another writer's file sorts after it (or it was removed): a new file,
+                # so the directory's files stay in the order of the run.
+                writer._discard()
         if writer is None or writer.closed or writer.error is not None:
             writer = cls._writers[key] = FileWriter(os.fspath(logdir))
         return writer
+
+    @classmethod
+    def _close_idle(cls, writer: FileWriter) -> None:
+        """Close a writer kept open by ``release(keep_open=True)`` that stayed unused."""
+        with cls._lock:
+            if cls._idle.pop(writer, None) is None:
+                return  # taken again (or cleared) meanwhile
+            for key, cached in list(cls._writers.items()):
+                if cached is writer:
+                    del cls._writers[key]
+        if writer._gone():
+            writer._discard()  # its directory was removed: nothing to close it into
+            return
+        try:
+            writer.close()
+        except SummaryWriteError as exc:
+            log.error("closing the idle writer of %s: %s", writer.path, exc)
 
 
 def _start_exit_clock() -> None:
