@@ -46,6 +46,7 @@ import argparse
 import importlib.util
 import logging
 import os
+import shlex
 import signal
 from typing import Any
 
@@ -243,7 +244,8 @@ async def run(
         if tracking.run_id is None:  # never print a run that does not exist
             print(f"nothing was logged to MLflow: no run could be created on {uri} (see above)")
         else:
-            print(f"logged to MLflow run {tracking.run_id} (mlflow ui --backend-store-uri {uri})")
+            command = f"mlflow ui --backend-store-uri {shlex.quote(uri)}"  # pasted as is
+            print(f"logged to MLflow run {tracking.run_id} ({command})")
     metrics = result.metrics
     print(
         f"held-out accuracy after {result.global_step} steps: {metrics['accuracy']:.3f} "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import shlex
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -24,10 +25,15 @@ def load_demo() -> ModuleType:
     return module
 
 
-def test_the_demo_logs_its_run_and_evaluations_into_its_directory(tmp_path: Path) -> None:
+def test_the_demo_logs_its_run_and_evaluations_into_its_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     demo = load_demo()
-    directory = tmp_path / "demo"
+    directory = tmp_path / "my runs" / "démo 1"  # the command it prints is pasted as is
     anyio.run(demo.train, 200, 0, str(directory), 100, True)
+    [line] = [x for x in capsys.readouterr().out.splitlines() if "mlflow ui" in x]
+    command = shlex.split(line[line.index("(") + 1 : -1])
+    assert command == ["mlflow", "ui", "--backend-store-uri", f"sqlite:///{directory}/mlflow.db"]
     client = MlflowClient(f"sqlite:///{directory / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("demo")
     assert experiment is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -155,6 +156,32 @@ async def test_checkpoint_plugin_saves_become_session_log_checkpoint(
     ]
     assert [s for s, _ in checkpoints] == [0, 2, 4]
     assert all(path.endswith(f"model.ckpt-{s}") for s, path in checkpoints)
+
+
+async def test_a_checkpoint_path_that_is_not_utf8_is_written_escaped(
+    tmp_path: Any, events: Any
+) -> None:
+    """A directory named with bytes that are not UTF-8 fails no save's SessionLog."""
+    directory = os.path.join(str(tmp_path), "run-\udcff")
+    state = TrainState({"w": np.ones(3)})
+    async with MonitoredTrainingSession(
+        state,
+        checkpoint_dir=directory,
+        save_checkpoint_steps=2,
+        save_summaries_steps=1,
+        hooks=[StopAtStepHook(last_step=2)],
+    ) as s:
+        while not s.should_stop():
+            await s.run(step)
+    paths = [
+        e.session_log.checkpoint_path
+        for e in events(directory)
+        if e.HasField("session_log") and e.session_log.status == 3
+    ]
+    assert [path.rsplit(os.sep, 2)[-2:] for path in paths] == [
+        ["run-\\xff", "model.ckpt-0"],
+        ["run-\\xff", "model.ckpt-2"],
+    ]
 
 
 async def test_monitored_training_session_writes_summaries_on_the_chief(

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from tensorboard.plugins.hparams import plugin_data_pb2
+from tensorboardX.proto.summary_pb2 import Summary
 
 import monitored_summaries as summaries
 from monitored import MonitoredTrainingSession, PluginOptionError, StopAtStepHook, TrainState
@@ -198,3 +199,57 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="has no attribute 'SummaryWritter'"):
         summaries.SummaryWritter  # noqa: B018
     assert {"SummarySaverHook", "FileWriter", "scalar"} <= set(dir(summaries))
+
+
+def unwritten(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "HParams metric" in r.getMessage()]
+
+
+async def test_an_hparams_metric_nothing_writes_is_a_warning_naming_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An empty column in the dashboard, said: 'accuracy' and 'loss' are written, 'f1' not."""
+    options = {"summaries": {"hparams": {"lr": 0.1}, "metrics": ["accuracy", "loss", "f1"]}}
+    caplog.set_level("WARNING", logger="monitored.summaries")
+    await train(tmp_path, plugin_options=options)
+    [message] = unwritten(caplog)
+    assert message.startswith(
+        f"HParams metric 'f1' was never written to {tmp_path}, the run's directory, so its "
+        "column in TensorBoard's HParams dashboard stays empty. Write a scalar"
+    )
+    assert "metrics={'f1': value}" in message
+
+
+async def test_an_hparams_metric_written_to_a_sub_directory_only_says_where(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The dashboard reads a metric from the run's own directory, not from ``eval``."""
+    evaluation = summaries.FileWriter(tmp_path / "eval")
+    evaluation.add_summary(Summary(value=[Summary.Value(tag="f1", simple_value=0.9)]), 1)
+    evaluation.close()
+    options = {"summaries": {"hparams": {"lr": 0.1}, "metrics": ["f1"]}}
+    caplog.set_level("WARNING", logger="monitored.summaries")
+    await train(tmp_path, plugin_options=options)
+    [message] = unwritten(caplog)
+    assert "stays empty; it was written to 'eval' only, where the dashboard does not look" in (
+        message
+    )
+
+
+async def test_an_hparams_metric_given_its_final_value_is_no_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def final_step(state: TrainState) -> None:
+        state.global_step += 1
+        summaries.hparams({"lr": 0.1}, metrics={"f1": 0.7})
+
+    caplog.set_level("WARNING", logger="monitored.summaries")
+    async with MonitoredTrainingSession(
+        TrainState(),
+        summary_dir=str(tmp_path),
+        save_summaries_steps=1,
+        hooks=[StopAtStepHook(last_step=2)],
+    ) as sess:
+        while not sess.should_stop():
+            await sess.run(final_step)
+    assert unwritten(caplog) == []

@@ -70,7 +70,7 @@ from ._errors import (
     SummaryValueError,
     SummaryWriteError,
 )
-from ._writer import FileWriter, FileWriterCache, Record
+from ._writer import FileWriter, FileWriterCache, Record, scalar_tags_in
 
 if TYPE_CHECKING:
     from monitored import Coordinator, MonitoredSession, SessionRunContext, SessionRunValues
@@ -126,6 +126,7 @@ class SummarySaverHook:
         "_final_metrics",
         "_hand_on",
         "_held",
+        "_hparams_metrics",
         "_hparams_written",
         "_last_written",
         "_late",
@@ -243,6 +244,8 @@ class SummarySaverHook:
         self._listener: Callable[[SummaryWriteError], None] | None = None
         self._hparams_written = False
         self._final_metrics: dict[str, float] = {}
+        #: Every metric the HParams dashboard was told of this session (cleaned tags).
+        self._hparams_metrics: dict[str, float | None] = {}
         #: The names the steps recorded themselves: at the end, a step output of the
         #: same name is not written (the recorded value is the curve).
         self._recorded_names: set[str] = set()
@@ -411,7 +414,10 @@ class SummarySaverHook:
     def after_save(self, session: MonitoredSession, step: int, path: str) -> None:
         """TF1's ``SessionLog.CHECKPOINT``, after each checkpoint a checkpoint plugin wrote."""
         if self._writer is not None and not self._writer.closed:
-            log_entry = SessionLog(status=SessionLog.CHECKPOINT, checkpoint_path=str(path))
+            # A proto string is UTF-8: a path's undecodable bytes (surrogate escapes)
+            # are written as \xNN, not raised mid-training.
+            shown = str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            log_entry = SessionLog(status=SessionLog.CHECKPOINT, checkpoint_path=shown)
             self._writer.add_session_log(log_entry, step)
 
     # -- writing ------------------------------------------------------------------------------
@@ -546,7 +552,9 @@ class SummarySaverHook:
             writer.add_summary(start_info, step)
             self._hparams_written = True
             self._final_metrics.update({k: v for k, v in metrics.items() if v is not None})
+            self._hparams_metrics.update(metrics)
         if end and self._hparams_written:
+            self._warn_of_unwritten_metrics(writer.get_logdir())
             if self._final_metrics:
                 final = [
                     Summary.Value(tag=k, simple_value=v) for k, v in self._final_metrics.items()
@@ -556,6 +564,43 @@ class SummarySaverHook:
             writer.add_summary(end_info, step)
             self._hparams_written = False
             self._final_metrics = {}
+            self._hparams_metrics = {}
+
+    def _warn_of_unwritten_metrics(self, logdir: str) -> None:
+        """Say which HParams metrics nothing wrote where the dashboard reads them.
+
+        TensorBoard's HParams dashboard reads a metric's last value from the run's
+        own directory (a metric names no sub-directory here): a tag written
+        nowhere, or only to a sub-directory such as an evaluation's ``eval``,
+        leaves its column empty without a word. Only the chief writes the run
+        directory, so what this process wrote there is all there is.
+        """
+        written = scalar_tags_in(logdir)
+        here = {clean_tag(tag) for tag in written.get(".", ())}
+        for metric in self._hparams_metrics:
+            if metric in self._final_metrics or metric in here:
+                continue
+            elsewhere = sorted(
+                directory
+                for directory, tags in written.items()
+                if directory != "." and metric in {clean_tag(tag) for tag in tags}
+            )
+            where = (
+                f"; it was written to {', '.join(map(repr, elsewhere))} only, where the "
+                "dashboard does not look for it"
+                if elsewhere
+                else ""
+            )
+            log.warning(
+                "HParams metric %r was never written to %s, the run's directory, so its "
+                "column in TensorBoard's HParams dashboard stays empty%s. Write a scalar "
+                "of that name there, or give its final value "
+                "(summaries.hparams(..., metrics={%r: value}))",
+                metric,
+                logdir,
+                where,
+                metric,
+            )
 
     def _require_writer(self) -> FileWriter:
         if self._writer is None:

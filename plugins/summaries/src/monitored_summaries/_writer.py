@@ -125,6 +125,33 @@ class _Pipe:
         return len(self._items)
 
 
+#: Scalar tags written by this process, by directory (``_directory_key``).
+_SCALAR_TAGS: dict[str, set[str]] = {}
+
+
+def _directory_key(logdir: str) -> str:
+    """One key per directory however it is spelled (a URL stays as given, unslashed)."""
+    if "://" in logdir and not logdir.startswith("file://"):
+        return logdir.rstrip("/")
+    return os.path.realpath(logdir.removeprefix("file://"))
+
+
+def scalar_tags_in(logdir: str) -> dict[str, set[str]]:
+    """The scalar tags this process wrote to ``logdir`` and to directories under it.
+
+    Keyed by the directory relative to ``logdir`` (``"."`` for ``logdir`` itself),
+    as given to the writers (not yet cleaned by TF1's tag rules).
+    """
+    root = _directory_key(logdir)
+    found = {}
+    for directory, tags in _SCALAR_TAGS.items():
+        if directory == root:
+            found["."] = set(tags)
+        elif directory.startswith(root.rstrip("/") + "/"):
+            found[directory[len(root.rstrip("/")) + 1 :]] = set(tags)
+    return found
+
+
 class FileWriter:
     """Writes ``Event`` protos to a new event file in ``logdir``, in a background thread.
 
@@ -185,6 +212,9 @@ class FileWriter:
         #: The last global step whose step outputs a ``SummarySaverHook`` wrote here:
         #: hooks sharing this writer write each step's outputs once.
         self.outputs_step: int | None = None
+        #: The scalar tags (as given) written to this directory by any writer of the
+        #: process: what an HParams metric is looked for in (see ``scalar_tags_in``).
+        self._scalar_tags = _SCALAR_TAGS.setdefault(_directory_key(self._logdir), set())
         # A flush_secs under a second asks for events on disk at once: the thread is
         # woken for each (and never polls, see _work).
         batch = max_queue if flush_secs >= _BATCHING_FLUSH_SECS else 1
@@ -248,6 +278,10 @@ class FileWriter:
         """Queue a ``Summary`` proto (or its serialized bytes) for ``global_step``."""
         if isinstance(summary, bytes):
             summary = Summary.FromString(summary)
+        tags = self._scalar_tags
+        for value in summary.value:
+            if value.HasField("simple_value"):
+                tags.add(value.tag)
         event = Event(summary=summary)
         if global_step is not None:
             event.step = int(global_step)
@@ -268,6 +302,10 @@ class FileWriter:
 
     def add_records(self, step: int, records: Sequence[Record], host: Sequence[Any]) -> None:
         """Queue one step's recorded summaries, to be encoded in the writer's thread."""
+        tags = self._scalar_tags
+        for kind, name, _, _ in records:
+            if kind == "scalar":
+                tags.add(name)
         self._put((int(step), time.time(), records, host))
 
     def flush(self) -> None:
