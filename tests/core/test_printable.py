@@ -134,3 +134,18 @@ def test_the_loggers_whose_lines_name_what_was_read_escape_them(
         logging.getLogger(logger).warning("run %s: %s", HOSTILE, HOSTILE_NAME)
     (record,) = caplog.records
     assert_safe_line(record.getMessage())
+
+
+def test_the_filter_never_raises_for_a_call_whose_arguments_do_not_fit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A bad log call is reported as logging does, not raised into the code that logged."""
+    logger = logging.getLogger("monitored.test_printable_bad_call")
+    logger.addFilter(monitored.PrintableFilter())
+    logger.addHandler(handler := logging.StreamHandler())
+    logger.propagate = False
+    try:
+        logger.warning("a %s %s", 1)  # one argument for two
+    finally:
+        logger.removeHandler(handler)
+    assert "--- Logging error ---" in capsys.readouterr().err

@@ -77,7 +77,13 @@ class PrintableFilter(logging.Filter):
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
+        try:
+            message = record.getMessage()
+        except Exception:
+            # A call whose arguments do not fit its format: left for the handler,
+            # which reports it as logging does ("--- Logging error ---"), never
+            # raised into the code that logged.
+            return True
         escaped = printable(message)
         if escaped != message:
             record.msg, record.args = escaped, None

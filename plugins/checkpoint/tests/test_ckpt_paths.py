@@ -54,7 +54,7 @@ async def test_a_relative_checkpoint_dir_survives_a_chdir(
 
 
 @pytest.mark.parametrize(
-    "basename", ["model\nckpt", "model\x1b[2Jckpt", "model\udcffckpt", "m\x85"]
+    "basename", ["model\nckpt", "model\x1b[2Jckpt", "model\udcffckpt", "m\x85", "m\u200bx"]
 )
 def test_a_basename_that_is_not_printable_is_refused_before_anything_is_written(
     tmp_path: Path, basename: str
@@ -75,6 +75,6 @@ def test_a_basename_that_is_not_printable_is_refused_before_anything_is_written(
 def test_a_printable_basename_with_spaces_and_letters_of_any_script_is_kept(tmp_path: Path) -> None:
     from monitored_checkpoint import Saver
 
-    path = Saver().save(TrainState({"w": np.zeros(2)}), str(tmp_path / "modèle ckpt"), 3)
-    assert path == str(tmp_path / "modèle ckpt-3")
+    path = Saver().save(TrainState({"w": np.zeros(2)}), str(tmp_path / "modèle ckpt\u3000a"), 3)
+    assert path == str(tmp_path / "modèle ckpt\u3000a-3")
     assert latest_checkpoint(str(tmp_path)) == path

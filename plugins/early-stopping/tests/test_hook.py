@@ -418,3 +418,15 @@ def test_a_state_saved_by_the_hook_is_restored_as_it_was() -> None:
     again = EarlyStoppingHook("loss", patience=2)
     again.load_plugin_state(hook.plugin_state())
     assert again.plugin_state() == hook.plugin_state()
+
+
+def test_a_refused_state_leaves_the_hook_as_it_was() -> None:
+    hook = EarlyStoppingHook("loss", patience=2)
+    hook.rule.observe(1, 3.0)
+    before = hook.plugin_state()
+    saved = {**KerasRule("min").state_dict(), "best": 9.0, "index": 7}
+    with pytest.raises(EarlyStoppingStateError, match=r"state\.ema"):
+        hook.load_plugin_state({"rule": saved, "ema": "x"})
+    with pytest.raises(EarlyStoppingStateError, match=r"rule\.stopped_step"):
+        hook.load_plugin_state({"rule": {**saved, "stopped_step": -2}})
+    assert hook.plugin_state() == before

@@ -112,6 +112,27 @@ async def test_the_last_due_steps_outputs_are_written_before_the_writer_closes(
     assert last.HasField("session_log")
 
 
+async def test_a_failure_after_a_due_step_still_writes_its_outputs(
+    standin_cupy: StandinCupy, copies: Copies, logdir: str, events: Any, scalars: Any
+) -> None:
+    """The point before a crash: step 2 finished, its values were on their way when
+    step 3 failed; they reach the event file, and the step's error is what is raised."""
+    run = device_step(standin_cupy.module)
+
+    def failing(state: TrainState) -> dict[str, Any]:
+        if state.global_step == 2:
+            raise RuntimeError("boom at step 3")
+        return run(state)
+
+    hook = SummarySaverHook(save_steps=1, output_dir=logdir, step_outputs=True)
+    with pytest.raises(RuntimeError, match="boom at step 3") as caught:
+        await _train(hook, failing, 10, copies)
+    assert not getattr(caught.value, "__notes__", None)
+    written = scalars(events(logdir))
+    assert written["acc"] == [(1, 1.0), (2, 2.0)]
+    assert not copies.blocking
+
+
 async def test_save_secs_hooks_fetch_the_outputs_one_step_late_too(
     standin_cupy: StandinCupy, copies: Copies, logdir: str, events: Any, scalars: Any
 ) -> None:

@@ -100,15 +100,16 @@ _TF_FILE: Final = re.compile(r"\.(index|meta|data-\d+-of-\d+)$")
 def check_basename(basename: str, where: str) -> str:
     """``basename`` if checkpoints can be named after it, else ``ValueError``.
 
-    A character that is not printable (a newline, an escape, a byte that is not
-    UTF-8) makes a name that ``latest_checkpoint`` never finds, so a resumed run
-    would silently start afresh: refused before anything is written.
+    A character that :func:`monitored.printable` escapes (a control or format
+    character, a line break, a byte that is not UTF-8) makes a name that
+    ``latest_checkpoint`` never finds or that prints as something else, so a
+    resumed run would silently start afresh: refused before anything is written.
     """
-    if not basename.isprintable():
+    if printable(basename) != basename:
         raise ValueError(
             f"{where}: checkpoint basename {printable(repr(basename))} holds a character "
-            "that is not printable (a control character, a line break or a byte that is "
-            "not UTF-8); its checkpoints could never be found again"
+            "that is not printable (a control or format character, a line break or a byte "
+            "that is not UTF-8); its checkpoints could never be found again"
         )
     return basename
 

@@ -262,11 +262,14 @@ class EarlyStoppingHook:
                 "early stopping: the restored state has no rule (a mapping), got "
                 f"{type(rule).__name__}"
             )
-        self.rule.load_state_dict(rule)
-        self._ema = saved_field({"ema": None, **state}, "ema", "number", "state")
-        self.best_checkpoint = saved_field(
+        # Every field is checked before any is stored: a refused state leaves the
+        # hook as it was.
+        ema = saved_field({"ema": None, **state}, "ema", "number", "state")
+        best_checkpoint = saved_field(
             {"best_checkpoint": None, **state}, "best_checkpoint", "text", "state"
         )
+        self.rule.load_state_dict(rule)
+        self._ema, self.best_checkpoint = ema, best_checkpoint
 
     # -- values from elsewhere ----------------------------------------------------------------
     def after_evaluate(

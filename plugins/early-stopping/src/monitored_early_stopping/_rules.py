@@ -180,13 +180,23 @@ class KerasRule:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        where = "rule"
-        self.best = saved_field(state, "best", "number", where)
-        self.best_step = saved_field(state, "best_step", "step", where)
-        self.best_index = saved_field(state, "best_index", "step", where)
-        self.index = saved_field(state, "index", "count", where)
-        self.wait = saved_field(state, "wait", "count", where)
-        self.stopped_step = saved_field(state, "stopped_step", "step", where)
+        where = "rule"  # every field checked before any is stored
+        checked = (
+            saved_field(state, "best", "number", where),
+            saved_field(state, "best_step", "step", where),
+            saved_field(state, "best_index", "step", where),
+            saved_field(state, "index", "count", where),
+            saved_field(state, "wait", "count", where),
+            saved_field(state, "stopped_step", "step", where),
+        )
+        (
+            self.best,
+            self.best_step,
+            self.best_index,
+            self.index,
+            self.wait,
+            self.stopped_step,
+        ) = checked
 
 
 @final
@@ -228,10 +238,12 @@ class NoImprovementRule:
         return {"best": self.best, "best_step": self.best_step, "stopped_step": self.stopped_step}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        where = "rule"
-        self.best = saved_field(state, "best", "number", where)
-        self.best_step = saved_field(state, "best_step", "step", where)
-        self.stopped_step = saved_field(state, "stopped_step", "step", where)
+        where = "rule"  # every field checked before any is stored
+        self.best, self.best_step, self.stopped_step = (
+            saved_field(state, "best", "number", where),
+            saved_field(state, "best_step", "step", where),
+            saved_field(state, "stopped_step", "step", where),
+        )
 
 
 #: What each kind of saved field may hold, said in the error when it holds something else.
