@@ -445,8 +445,6 @@ class MonitoredSession(Recovery, StopAgreement, PluginRegistration, PluginServic
                 if self._fetcher.pending is not None:
                     await self._deliver_late(SessionRunContext(None, self))
                 await self._call_end()
-            elif self._fetcher.pending is not None and isinstance(failure, Exception):
-                await self._deliver_late_after(failure)
         except BaseException as exc:
             error = exc
             raise
@@ -902,23 +900,6 @@ class MonitoredSession(Recovery, StopAgreement, PluginRegistration, PluginServic
         finally:
             self._deferred.clear()
             self._busy = busy
-
-    async def _deliver_late_after(self, failure: Exception) -> None:
-        """After ``failure``, deliver the ``lag=1`` values of the last finished step anyway.
-
-        They belong to a step that ran to its end (a summary sink's due step, whose
-        values TensorBoard would otherwise lose, the point before a crash
-        included). Best effort: a hook that fails on them adds a note to
-        ``failure``, which stays what the session raises.
-        """
-        with anyio.CancelScope(shield=True):
-            try:
-                await self._deliver_late(SessionRunContext(None, self))
-            except Exception as exc:
-                failure.add_note(
-                    f"while the last step's lag=1 values were delivered after this failure: "
-                    f"{type(exc).__name__}: {exc}"
-                )
 
     def _track_global_step(self, step_fn: Callable[..., Any]) -> None:
         """Check the global step a step left, and count steps that did not move it."""
