@@ -30,7 +30,7 @@ import anyio
 import anyio.to_thread
 import numpy as np
 
-from monitored import SCALAR_OUTPUTS, PluginError, SessionRunArgs, scalar_outputs, to_host
+from monitored import PluginError, scalar_outputs, to_host
 
 from ._errors import MlflowConfigError
 from ._sender import Sender, SenderConfig
@@ -53,10 +53,6 @@ DEFAULT_EXPERIMENT: Final = "monitored"
 #: The values of ``log_checkpoints``.
 LOG_CHECKPOINTS: Final = (None, "best", "all")
 log = logging.getLogger("monitored.mlflow")
-
-#: What a due step asks for: its scalar outputs, one step late (a device's copy is
-#: started in the step without waiting; the next step's ``after_run`` logs them).
-_LATE_OUTPUTS: Final = SessionRunArgs(SCALAR_OUTPUTS, lag=1)
 
 #: Plugin options whose contents are logged as parameters or tags of their own.
 _LOGGED_AS_THEMSELVES: Final = {"mlflow": ("params", "tags"), "summaries": ("hparams",)}
@@ -224,10 +220,6 @@ class MlflowHook:
         #: The tags logged at step ``_logged_step`` (a tag is logged once per step).
         self._logged_step = -1
         self._logged: set[str] = set()
-        #: Whether this step's ``before_run`` asked for its outputs (``lag=1``), and the
-        #: due step whose outputs are on their way.
-        self._asked = False
-        self._late_step: int | None = None
         self._active = False
         #: When the session began (ms since the epoch): the new run's start time.
         self._started_ms: int | None = None
@@ -250,8 +242,6 @@ class MlflowHook:
         self._active = session.is_chief
         self._next_due = 1 << 62 if not self._active else 0
         self._started_ms = int(time.time() * 1000)
-        self._asked = False
-        self._late_step = None
 
     def load_plugin_state(self, session: MonitoredSession, state: Mapping[str, Any]) -> None:
         run_id, run_key = state.get("run_id"), state.get("run_key")
@@ -314,33 +304,15 @@ class MlflowHook:
                 self.max_pending,
             )
 
-    def before_run(self, run_context: SessionRunContext) -> SessionRunArgs | None:
-        # Called on the step that makes the global step due (skip_step_hooks) or later:
-        # its scalar outputs are asked for one step late, so the step never waits.
-        session = run_context.session
-        if self._sender is None or session.state.global_step + 1 < self._next_due:
-            return None
-        self._asked = True
-        return _LATE_OUTPUTS
-
     def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
         # Sync on purpose: a step that is not due costs an attribute chain and a compare.
-        late = self._late_step
-        if late is not None and run_values.results is not None:
-            # The outputs of the due step before, arrived (also on a skipped step).
-            self._late_step = None
-            self._log_outputs(late, run_values.results)
-        asked, self._asked = self._asked, False
         session = run_context.session
         step = session.state.global_step
         if step < self._next_due:
             return
         self._next_due = (step // self.log_every_n_steps + 1) * self.log_every_n_steps
         session.skip_step_hooks(self, self._next_due)
-        if asked:
-            self._late_step = step  # logged when they arrive: the next step, or the stop
-        else:  # a step that jumped to the due step without asking: read them now
-            self._log_outputs(step, session.last_outputs)
+        self._log_outputs(step, session.last_outputs)
 
     def write_summaries(
         self, session: MonitoredSession, step: int, summaries: Mapping[str, Any]
@@ -391,8 +363,7 @@ class MlflowHook:
             self._log_best(os.fspath(path))
 
     def end(self, session: MonitoredSession) -> None:
-        # The last step's outputs, unless it was due (they are logged then: a due last
-        # step's arrived before ``end``, when the session stopped).
+        # The last step's outputs, unless it was due (they are logged then).
         self._log_outputs(session.state.global_step, session.last_outputs)
 
     async def before_close(self, session: MonitoredSession, error: BaseException | None) -> None:
