@@ -140,7 +140,14 @@ def test_a_second_sigint_ends_a_sweep_of_four_runs_with_evaluations_bounded(
             hung.append(f"trial {number}: SIGINTs at {first_after:.2f} s + {gap:.3f} s")
             continue
         took.append(seconds)
-        assert err.count("SIGINT received") <= 1, err
+        # One notice per signal, however many sessions hear it. A second notice
+        # "received" is right only where the sessions that heard the first signal
+        # had all closed before the second came and a session started since heard
+        # it as its first (it saves and stops, so the process ends all the same);
+        # then no "again" line may follow.
+        received, again = err.count("SIGINT received"), err.count("SIGINT again")
+        assert received + again <= 2, err
+        assert received <= 1 or "SIGINT: saving a checkpoint" in err.rsplit("received", 1)[1], err
         assert "Traceback" not in err or "KeyboardInterrupt" in err, err
         for event_file in runs.glob("**/events.out.tfevents.*"):
             list(summary_iterator(str(event_file)))  # whole records only

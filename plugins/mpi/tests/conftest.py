@@ -59,10 +59,13 @@ def run_mpi(tmp_path: Path) -> Any:
         proc = subprocess.run(
             command, env=full_env, capture_output=True, text=True, timeout=JOB_LIMIT + 30
         )
-        results = {
-            int(p.stem.removeprefix("rank")): json.loads(p.read_text())
-            for p in sorted(out.glob("rank*.json"))
-        }
+        results = {}
+        for path in sorted(out.glob("rank*.json")):
+            try:
+                results[int(path.stem.removeprefix("rank"))] = json.loads(path.read_text())
+            except json.JSONDecodeError:
+                # A rank ended by another's abort while it wrote: it has no result.
+                continue
         return proc, results
 
     return run
