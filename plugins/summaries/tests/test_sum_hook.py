@@ -134,26 +134,28 @@ async def test_non_finite_scalars_are_written_as_tf_writes_them(
     assert found["inf"][0][1] == -math.inf
 
 
-async def test_checkpoint_plugin_saves_become_session_log_checkpoint(
-    tmp_path: Any, events: Any
-) -> None:
-    directory = str(tmp_path / "run")
-    state = TrainState({"w": np.ones(3)})
+async def _saved_checkpoints(directory: str, last_step: int, events: Any) -> list[tuple[int, str]]:
+    """Train to ``last_step`` saving every 2 steps; the ``SessionLog.CHECKPOINT`` events."""
     async with MonitoredTrainingSession(
-        state,
+        TrainState({"w": np.ones(3)}),
         checkpoint_dir=directory,
         save_checkpoint_steps=2,
         save_summaries_steps=1,
-        hooks=[StopAtStepHook(last_step=4)],
+        hooks=[StopAtStepHook(last_step=last_step)],
     ) as s:
         while not s.should_stop():
             await s.run(step)
-    evs = events(directory)
-    checkpoints = [
+    return [
         (e.step, e.session_log.checkpoint_path)
-        for e in evs
+        for e in events(directory)
         if e.HasField("session_log") and e.session_log.status == 3
     ]
+
+
+async def test_checkpoint_plugin_saves_become_session_log_checkpoint(
+    tmp_path: Any, events: Any
+) -> None:
+    checkpoints = await _saved_checkpoints(str(tmp_path / "run"), 4, events)
     assert [s for s, _ in checkpoints] == [0, 2, 4]
     assert all(path.endswith(f"model.ckpt-{s}") for s, path in checkpoints)
 
@@ -163,21 +165,7 @@ async def test_a_checkpoint_path_that_is_not_utf8_is_written_escaped(
 ) -> None:
     """A directory named with bytes that are not UTF-8 fails no save's SessionLog."""
     directory = os.path.join(str(tmp_path), "run-\udcff")
-    state = TrainState({"w": np.ones(3)})
-    async with MonitoredTrainingSession(
-        state,
-        checkpoint_dir=directory,
-        save_checkpoint_steps=2,
-        save_summaries_steps=1,
-        hooks=[StopAtStepHook(last_step=2)],
-    ) as s:
-        while not s.should_stop():
-            await s.run(step)
-    paths = [
-        e.session_log.checkpoint_path
-        for e in events(directory)
-        if e.HasField("session_log") and e.session_log.status == 3
-    ]
+    paths = [path for _, path in await _saved_checkpoints(directory, 2, events)]
     assert [path.rsplit(os.sep, 2)[-2:] for path in paths] == [
         ["run-\\xff", "model.ckpt-0"],
         ["run-\\xff", "model.ckpt-2"],

@@ -264,10 +264,8 @@ class EarlyStoppingHook:
             )
         # Every field is checked before any is stored: a refused state leaves the
         # hook as it was.
-        ema = saved_field({"ema": None, **state}, "ema", "number", "state")
-        best_checkpoint = saved_field(
-            {"best_checkpoint": None, **state}, "best_checkpoint", "text", "state"
-        )
+        ema = saved_field(state, "ema", "number", "state", optional=True)
+        best_checkpoint = saved_field(state, "best_checkpoint", "text", "state", optional=True)
         self.rule.load_state_dict(rule)
         self._ema, self.best_checkpoint = ema, best_checkpoint
 

@@ -255,12 +255,17 @@ _KINDS: Final = {
 }
 
 
-def saved_field(state: Mapping[str, Any], key: str, kind: str, where: str) -> Any:
+def saved_field(
+    state: Mapping[str, Any], key: str, kind: str, where: str, *, optional: bool = False
+) -> Any:
     """``state[key]``, checked to be of ``kind`` (a key of ``_KINDS``).
 
-    A checkpoint may come from elsewhere: a field missing or of the wrong type is an
+    A checkpoint may come from elsewhere: a field missing (unless ``optional``: then
+    ``None``, for fields older versions did not save) or of the wrong type is an
     :class:`EarlyStoppingStateError` naming it, when the state is restored.
     """
+    if optional and key not in state:
+        return None
     if key not in state:
         raise EarlyStoppingStateError(
             f"early stopping: the restored state has no {where}.{key} ({_KINDS[kind]})"
